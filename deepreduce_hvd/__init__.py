@@ -1,0 +1,17 @@
+"""deepreduce_hvd: sparse-gradient compression for Horovod (framework-neutral core).
+
+    import deepreduce_hvd as dr
+    codec = dr.SparseCodec(index="golomb", value="raw")
+    payload = codec.encode(values, indices, shape)
+    values, indices, shape = dr.decode(payload)
+"""
+from . import index, value  # noqa: F401  (registers the codecs)
+from .codec import SparseCodec, decode
+from .errors import DeepReduceError
+from .native import backend
+from .registry import codec_ids
+from .sparsify import randomk, threshold, topk
+
+__all__ = ["SparseCodec", "decode", "DeepReduceError", "backend", "codec_ids",
+           "topk", "randomk", "threshold"]
+__version__ = "0.1.0"

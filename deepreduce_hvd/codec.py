@@ -1,0 +1,183 @@
+"""SparseCodec: one index codec plus one value codec, and the self-describing payload.
+
+Payload layout (version 1), integers as LEB128 varints unless noted:
+
+    magic "\\xd7R" | version u8 | crc32 u32 of everything after it |
+    dtype u8 | layout u8 | ndim | dims... | count |
+    index wire id u8 | index body length | index body |
+    value wire id u8 | value body (to the end)
+
+`count` is the number of values sent. The checksum catches corruption; every declared size is
+checked against the bytes present and against `max_elements` before anything is allocated.
+"""
+import math
+import zlib
+
+import numpy as np
+
+from . import registry
+from .dtypes import dtype_code, dtype_from_code
+from .errors import DeepReduceError
+from .wire import ByteReader, ByteWriter
+
+MAGIC = b"\xd7R"
+VERSION = 1
+LAYOUT_INDEX_ORDER = 0
+DEFAULT_MAX_ELEMENTS = 1 << 31
+MAX_NDIM = 32
+
+
+class SparseCodec:
+    """Encodes (values, indices, shape) into bytes with a chosen index and value codec.
+
+    >>> codec = SparseCodec(index="golomb", value="raw")
+    >>> payload = codec.encode(values, indices, shape)
+    >>> values2, indices2, shape2 = decode(payload)
+    """
+
+    def __init__(self, index="entropy", value="raw"):
+        self.index = registry.from_config("index", index)
+        self.value = registry.from_config("value", value)
+
+    @property
+    def lossless(self):
+        """True when every selected element arrives exactly."""
+        return self.index.lossless and self.value.lossless
+
+    @property
+    def needs_dense(self):
+        return self.index.needs_dense
+
+    def get_config(self):
+        return {"index": self.index.get_config(), "value": self.value.get_config()}
+
+    @classmethod
+    def from_config(cls, config):
+        if not isinstance(config, dict):
+            raise DeepReduceError(f"codec config must be a dict, not {type(config).__name__}")
+        unknown = set(config) - {"index", "value"}
+        if unknown:
+            raise DeepReduceError(f"unknown codec config keys: {sorted(unknown)}")
+        return cls(**config)
+
+    def __repr__(self):
+        return f"SparseCodec(index={self.index!r}, value={self.value!r})"
+
+    def encode(self, values, indices, shape, dense=None, seed=None):
+        """Encode a sparse tensor -> bytes.
+
+        values: float array, indices: integer positions in the flattened tensor (unique),
+        shape: the dense shape. dense: the full tensor, needed by codecs that send values the
+        sparsifier did not pick (Bloom). seed: the random-k seed for the "seeded" index codec.
+        """
+        shape = _check_shape(shape)
+        size = math.prod(shape)
+        values = np.asarray(values).ravel()
+        code = dtype_code(values.dtype)
+        indices = _check_indices(indices, values.size, size)
+        order = np.argsort(indices, kind="stable")
+        indices, values = indices[order], values[order]
+        if np.any(indices[1:] == indices[:-1]):
+            raise DeepReduceError("indices must be unique")
+        if dense is not None:
+            dense = np.asarray(dense).ravel()
+            if dense.size != size:
+                raise DeepReduceError(f"dense has {dense.size} elements, shape {shape} needs {size}")
+        index_body, positions = self.index.encode(indices, size, dense=dense, seed=seed)
+        if positions is not indices:
+            values = _values_at(positions, indices, values, dense, self.index)
+        value_body = self.value.encode(values)
+        out = ByteWriter().u8(code).u8(LAYOUT_INDEX_ORDER).varint(len(shape))
+        for dim in shape:
+            out.varint(dim)
+        out.varint(positions.size)
+        out.u8(self.index.wire_id).section(index_body)
+        out.u8(self.value.wire_id).raw(value_body)
+        body = out.getvalue()
+        return MAGIC + bytes([VERSION]) + zlib.crc32(body).to_bytes(4, "little") + body
+
+
+def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
+    """Decode a payload -> (values, indices, shape); the payload names its own codecs.
+
+    Raises DeepReduceError for truncated, corrupted, oversized (more than max_elements) or
+    otherwise malformed bytes, and when expect_shape is given and differs.
+    """
+    try:
+        head = ByteReader(payload)
+    except TypeError:
+        raise DeepReduceError(f"payload must be bytes-like, not {type(payload).__name__}") from None
+    if head.remaining < 7 or bytes(head.raw(2)) != MAGIC:
+        raise DeepReduceError("not a DeepReduce payload (bad magic)")
+    version = head.u8()
+    if version != VERSION:
+        raise DeepReduceError(f"unsupported payload version {version} (this build reads {VERSION})")
+    crc = head.u32()
+    body = head.rest()
+    if zlib.crc32(body) != crc:
+        raise DeepReduceError("payload checksum mismatch: corrupted bytes")
+    reader = ByteReader(body)
+    dtype = dtype_from_code(reader.u8())
+    layout = reader.u8()
+    if layout != LAYOUT_INDEX_ORDER:
+        raise DeepReduceError(f"unknown value layout {layout}")
+    ndim = reader.varint(limit=MAX_NDIM)
+    shape = tuple(reader.varint(limit=max_elements) for _ in range(ndim))
+    size = math.prod(shape)
+    if size > max_elements:
+        raise DeepReduceError(f"payload declares {size} elements, more than the limit {max_elements}")
+    if expect_shape is not None and tuple(expect_shape) != shape:
+        raise DeepReduceError(f"payload shape {shape} differs from the expected {tuple(expect_shape)}")
+    count = reader.varint(limit=size)
+    index_codec = registry.codec_for_wire("index", reader.u8())()
+    index_body = reader.section()
+    value_codec = registry.codec_for_wire("value", reader.u8())()
+    value_body = reader.rest()
+    indices = index_codec.decode(index_body, size, count)
+    if indices.size != count:
+        raise DeepReduceError(f"index codec {index_codec.codec_id!r} decoded {indices.size} "
+                              f"positions, header says {count}")
+    if count and (indices[0] < 0 or indices[-1] >= size or (np.diff(indices) <= 0).any()):
+        raise DeepReduceError("decoded positions are out of range or not strictly increasing")
+    values = value_codec.decode(value_body, count, dtype)
+    return values, indices, shape
+
+
+def _check_shape(shape):
+    try:
+        shape = tuple(int(d) for d in shape)
+    except TypeError:
+        raise DeepReduceError(f"shape must be a sequence of ints, not {shape!r}") from None
+    if len(shape) > MAX_NDIM or any(d < 0 for d in shape):
+        raise DeepReduceError(f"invalid shape {shape}")
+    return shape
+
+
+def _check_indices(indices, count, size):
+    indices = np.asarray(indices)
+    if indices.ndim != 1 and indices.size:
+        indices = indices.ravel()
+    if indices.size and not np.issubdtype(indices.dtype, np.integer):
+        raise DeepReduceError(f"indices must be integers, not {indices.dtype}")
+    indices = indices.astype(np.int64, copy=False).ravel()
+    if indices.size != count:
+        raise DeepReduceError(f"{indices.size} indices for {count} values")
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        raise DeepReduceError(f"indices out of range [0, {size})")
+    return indices
+
+
+def _values_at(positions, indices, values, dense, codec):
+    """Values for the positions a codec chose: the given values where selected, dense elsewhere."""
+    loc = np.minimum(np.searchsorted(indices, positions), max(indices.size - 1, 0))
+    hit = indices[loc] == positions if indices.size else np.zeros(positions.size, bool)
+    if not hit.all():
+        if dense is None:
+            raise DeepReduceError(
+                f"index codec {codec!r} sends values at positions the sparsifier did not pick: "
+                "pass the dense tensor as dense=")
+        out = dense[positions].astype(values.dtype)
+    else:
+        out = np.empty(positions.size, dtype=values.dtype)
+    out[hit] = values[loc[hit]]
+    return out

@@ -1,0 +1,22 @@
+"""raw: positions as little-endian int32 (or int64 for tensors past 2**31 elements)."""
+import numpy as np
+
+from ..codec_base import IndexCodec
+from ..errors import DeepReduceError
+from ..registry import register
+
+
+@register("index")
+class RawIndex(IndexCodec):
+    codec_id = "raw"
+    wire_id = 1
+
+    def encode(self, indices, size, dense=None, seed=None):
+        dtype = "<i4" if size <= 2**31 else "<i8"
+        return indices.astype(dtype).tobytes(), indices
+
+    def decode(self, body, size, count):
+        width = 4 if size <= 2**31 else 8
+        if len(body) != count * width:
+            raise DeepReduceError(f"raw indices: {len(body)} bytes for {count} positions")
+        return np.frombuffer(body, dtype=f"<i{width}").astype(np.int64)

@@ -1,0 +1,2 @@
+"""Value codecs; importing this package registers them all."""
+from . import raw  # noqa: F401

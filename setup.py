@@ -1,0 +1,35 @@
+"""deepreduce-hvd: builds the core package and, when a C++ compiler works, the Bloom op."""
+import warnings
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """The C++ op is an accelerator: without it the numpy path gives identical bytes."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - any compiler failure falls back to numpy
+            warnings.warn(f"C++ Bloom op not built ({exc}); the numpy path will be used")
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"C++ Bloom op not built ({exc}); the numpy path will be used")
+
+
+setup(
+    name="deepreduce-hvd",
+    version="0.1.0",
+    description="DeepReduce sparse-gradient compression for Horovod (PyTorch and TensorFlow)",
+    packages=find_packages(include=["deepreduce_hvd", "deepreduce_hvd.*"]),
+    python_requires=">=3.9",
+    install_requires=["numpy", "scipy"],
+    ext_modules=[Extension("deepreduce_hvd._bloom", ["csrc/bloom.cpp"], language="c++",
+                           extra_compile_args=["-O3", "-std=c++17", "-pthread"],
+                           extra_link_args=["-pthread"])],
+    cmdclass={"build_ext": OptionalBuildExt},
+)

@@ -1,0 +1,131 @@
+"""Every lossless index codec reproduces the exact sparse tensor, over awkward shapes."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import deepreduce_hvd as dr
+
+GAP_CODECS = ["raw", "rle", "huffman", "deflate", "varint", "golomb", "entropy",
+              {"id": "huffman", "extra_bits": 2}]
+ALL_LOSSLESS = GAP_CODECS + ["bitmap", "bloom"]
+
+
+def roundtrip(index, values, indices, shape, dense=None):
+    codec = dr.SparseCodec(index=index, value="raw")
+    assert codec.lossless
+    payload = codec.encode(values, indices, shape, dense=dense)
+    v2, i2, s2 = dr.decode(payload)
+    assert s2 == tuple(shape)
+    return v2, i2
+
+
+def assert_exact(values, indices, v2, i2):
+    order = np.argsort(indices)
+    np.testing.assert_array_equal(i2, np.asarray(indices, dtype=np.int64)[order])
+    assert v2.dtype == values.dtype
+    np.testing.assert_array_equal(v2.view(np.uint8), values[order].view(np.uint8))
+
+
+@st.composite
+def sparse_sets(draw, max_size=5000):
+    size = draw(st.integers(1, max_size))
+    kind = draw(st.sampled_from(["random", "clustered", "all", "ends", "empty", "single"]))
+    if kind == "all":
+        idx = np.arange(size)
+    elif kind == "ends":
+        idx = np.unique([0, size - 1])
+    elif kind == "empty":
+        idx = np.zeros(0, np.int64)
+    elif kind == "single":
+        idx = np.array([draw(st.integers(0, size - 1))])
+    else:
+        pos = draw(st.lists(st.integers(0, size - 1), max_size=300, unique=True))
+        if kind == "clustered":
+            pos = [p + d for p in pos[:30] for d in range(5) if p + d < size]
+        idx = np.unique(np.array(pos, dtype=np.int64))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    idx = rng.permutation(idx)  # encoders must accept any order
+    values = rng.standard_normal(idx.size).astype(np.float32)
+    return values, idx, (size,)
+
+
+@pytest.mark.parametrize("index", ALL_LOSSLESS, ids=str)
+@given(data=sparse_sets())
+def test_lossless_roundtrip(index, data):
+    values, indices, shape = data
+    dense = np.zeros(shape, np.float32)
+    dense[indices] = values
+    v2, i2 = roundtrip(index, values, indices, shape, dense=dense)
+    if index == "bloom":  # p0: a superset, every extra position carries its true dense value
+        assert np.isin(indices, i2).all()
+        np.testing.assert_array_equal(v2, dense[i2])
+    else:
+        assert_exact(values, indices, v2, i2)
+
+
+@pytest.mark.parametrize("index", GAP_CODECS, ids=str)
+@given(st.integers(2**20, 2**31), st.lists(st.integers(0, 2**31 - 1), max_size=40, unique=True))
+def test_huge_shape_tiny_k(index, size, pos):
+    indices = np.array([p % size for p in pos], dtype=np.int64)
+    indices = np.unique(indices)
+    values = np.linspace(-1, 1, indices.size).astype(np.float32)
+    v2, i2 = roundtrip(index, values, indices, (size,))
+    assert_exact(values, indices, v2, i2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "bfloat16"])
+def test_dtypes_restored(dtype, rng):
+    from ml_dtypes import bfloat16
+    np_dtype = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    dense = rng.standard_normal((30, 40)).astype(np_dtype)
+    values, indices = dr.topk(dense, 0.05)
+    v2, i2 = roundtrip("entropy", values, indices, dense.shape)
+    assert_exact(values, indices, v2, i2)
+
+
+def test_nan_and_inf_preserved_by_raw():
+    values = np.array([np.nan, np.inf, -np.inf, -0.0], dtype=np.float32)
+    v2, i2 = roundtrip("golomb", values, np.array([3, 1, 7, 9]), (10,))
+    assert_exact(values, np.array([3, 1, 7, 9]), v2, i2)
+
+
+def test_seeded_sends_no_index_bytes(rng):
+    dense = rng.standard_normal(100_000).astype(np.float32)
+    values, indices = dr.randomk(dense, 0.01, seed=77)
+    payload = dr.SparseCodec(index="seeded").encode(values, indices, dense.shape, seed=77)
+    assert len(payload) < 4 * values.size + 40
+    v2, i2, _ = dr.decode(payload)
+    assert_exact(values, indices, v2, i2)
+    with pytest.raises(dr.DeepReduceError, match="seed"):
+        dr.SparseCodec(index="seeded").encode(values, indices, dense.shape, seed=78)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(indices=[1, 1], values=[1.0, 2.0]),
+    dict(indices=[0, 10], values=[1.0, 2.0]),
+    dict(indices=[-1], values=[1.0]),
+    dict(indices=[0.5], values=[1.0]),
+    dict(indices=[1, 2], values=[1.0]),
+    dict(indices=[1], values=np.array([1], dtype=np.int32)),
+])
+def test_bad_input_is_a_clear_error(bad):
+    with pytest.raises(dr.DeepReduceError):
+        dr.SparseCodec().encode(np.asarray(bad["values"]), np.asarray(bad["indices"]), (10,))
+
+
+def test_bloom_p0_needs_dense(rng):
+    dense = rng.standard_normal(50_000).astype(np.float32)
+    values, indices = dr.topk(dense, 0.01)
+    with pytest.raises(dr.DeepReduceError, match="dense="):
+        dr.SparseCodec(index="bloom").encode(values, indices, dense.shape)
+
+
+def test_config_roundtrip():
+    codec = dr.SparseCodec(index={"id": "bloom", "policy": "conflict", "fpr": 0.01}, value="raw")
+    again = dr.SparseCodec.from_config(codec.get_config())
+    assert again.get_config() == codec.get_config()
+    assert not again.lossless
+    with pytest.raises(dr.DeepReduceError, match="unknown index codec"):
+        dr.SparseCodec(index="nope")
+    with pytest.raises(dr.DeepReduceError, match="policy"):
+        dr.SparseCodec(index={"id": "bloom", "policy": "p9"})
