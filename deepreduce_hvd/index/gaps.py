@@ -3,6 +3,8 @@ import numpy as np
 
 from ..errors import DeepReduceError
 
+GAP_WIDTHS = (1, 2, 4, 8)
+
 
 def to_gaps(indices):
     return (np.diff(indices, prepend=-1) - 1).astype(np.uint64)
@@ -16,3 +18,16 @@ def from_gaps(gaps, size):
     if indices.size and indices[-1] >= size:
         raise DeepReduceError(f"decoded position {indices[-1]} outside tensor of {size}")
     return indices
+
+
+def gap_bytes(gaps):
+    """Gaps at the narrowest fixed width -> (width in bytes, little-endian bytes)."""
+    top = int(gaps.max()) if gaps.size else 0
+    width = next(w for w in GAP_WIDTHS if top < 1 << (8 * w))
+    return width, gaps.astype(f"<u{width}").tobytes()
+
+
+def check_gap_width(width):
+    if width not in GAP_WIDTHS:
+        raise DeepReduceError(f"bad gap width {width}")
+    return width
