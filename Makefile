@@ -2,10 +2,12 @@
 # Horovod wheel outside the checkout).
 PY := .venv/bin/python
 FRAMEWORK ?= torch
+INDEX ?= entropy
+VALUE ?= entropy
 DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
-.PHONY: setup test demo bench bench-codecs capture clean
+.PHONY: setup test demo bench bench-codecs bench-bloom capture clean
 
 setup:
 	bash scripts/setup_env.sh
@@ -14,17 +16,21 @@ test: setup
 	$(PY) -m pytest -q tests
 
 demo: setup
-	$(PY) -m deepreduce_hvd.bench codecs --synthetic --density $(DENSITY)
+	.venv/bin/horovodrun -np 2 -H localhost:2 --gloo $(PY) $(FRAMEWORK)/train_digits.py \
+		--compression deepreduce --index $(INDEX) --value $(VALUE)
 
 $(GRADIENTS): | setup
 	$(PY) torch/capture_gradients.py --out $(GRADIENTS)
 
 capture: $(GRADIENTS)
 
-bench: bench-codecs
+bench: bench-codecs bench-bloom
 
 bench-codecs: setup $(GRADIENTS)
 	$(PY) -m deepreduce_hvd.bench codecs --gradients $(GRADIENTS) --density $(DENSITY)
+
+bench-bloom: setup
+	$(PY) -m deepreduce_hvd.bench bloom --size 25000000 --density $(DENSITY)
 
 clean:
 	rm -rf build *.egg-info deepreduce_hvd/*.so .pytest_cache

@@ -6,12 +6,14 @@
     values, indices, shape = dr.decode(payload)
 """
 from . import index, value  # noqa: F401  (registers the codecs)
-from .codec import SparseCodec, decode
+from .codec import SparseCodec, decode, densify
+from .compressor import Pipeline
 from .errors import DeepReduceError
+from .memory import ResidualMemory
 from .native import backend
 from .registry import codec_ids
 from .sparsify import randomk, threshold, topk
 
-__all__ = ["SparseCodec", "decode", "DeepReduceError", "backend", "codec_ids",
-           "topk", "randomk", "threshold"]
+__all__ = ["SparseCodec", "decode", "densify", "Pipeline", "ResidualMemory", "DeepReduceError",
+           "backend", "codec_ids", "topk", "randomk", "threshold"]
 __version__ = "0.1.0"

@@ -63,9 +63,11 @@ def bits_to_fixed(bits, count, width):
     """Inverse of fixed_to_bits on the first count*width bits."""
     if width == 0 or count == 0:
         return np.zeros(count, dtype=np.uint64)
-    weights = np.uint64(1) << np.arange(width - 1, -1, -1, dtype=np.uint64)
-    grid = bits[: count * width].reshape(count, width).astype(np.uint64)
-    return (grid * weights).sum(axis=1, dtype=np.uint64)
+    grid = bits[: count * width].reshape(count, width)
+    out = np.zeros(count, dtype=np.uint64)
+    for j in range(width):
+        out = (out << np.uint64(1)) | grid[:, j]
+    return out
 
 
 def bit_length(values):

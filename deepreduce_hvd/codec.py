@@ -5,24 +5,31 @@ Payload layout (version 1), integers as LEB128 varints unless noted:
     magic "\\xd7R" | version u8 | crc32 u32 of everything after it |
     dtype u8 | layout u8 | ndim | dims... | count |
     index wire id u8 | index body length | index body |
+    [arrangement length | arrangement]            (layouts 1 and 2 only)
     value wire id u8 | value body (to the end)
 
-`count` is the number of values sent. The checksum catches corruption; every declared size is
-checked against the bytes present and against `max_elements` before anything is allocated.
+`count` is the number of values sent. Layout 0: values follow the positions' order. Curve
+fitting sorts values, so its payloads say how to undo the sort: layout 1 sends the paper's
+permutation at ceil(log2 count) bits per value; layout 2 sends each value's rank in the sorted
+order rounded to fewer bits, when that adds less than 10% to the fitting error (see
+`arrangement.py`). The checksum catches corruption; every declared size is checked against the
+bytes present and against `max_elements` before anything is allocated.
 """
 import math
 import zlib
 
 import numpy as np
 
-from . import registry
+from . import arrangement, registry
 from .dtypes import dtype_code, dtype_from_code
 from .errors import DeepReduceError
+from .index.dense import DenseIndex
+from .value.fp16 import Fp16Value
+from .value.raw import RawValue
 from .wire import ByteReader, ByteWriter
 
 MAGIC = b"\xd7R"
 VERSION = 1
-LAYOUT_INDEX_ORDER = 0
 DEFAULT_MAX_ELEMENTS = 1 << 31
 MAX_NDIM = 32
 
@@ -30,32 +37,37 @@ MAX_NDIM = 32
 class SparseCodec:
     """Encodes (values, indices, shape) into bytes with a chosen index and value codec.
 
-    >>> codec = SparseCodec(index="golomb", value="raw")
+    index / value: a codec id or config dict ({"id": ..., **params}); "auto" picks, per call,
+    the smallest payload among lossless index codecs and error-bounded value codecs.
+    arrangement: "auto" (layout 1 or the cheaper layout 2) or "permutation" (always layout 1),
+    for value codecs that sort.
+
+    >>> codec = SparseCodec(index="entropy", value="raw")
     >>> payload = codec.encode(values, indices, shape)
     >>> values2, indices2, shape2 = decode(payload)
     """
 
-    def __init__(self, index="entropy", value="raw"):
+    def __init__(self, index="entropy", value="raw", arrangement="auto"):
         self.index = registry.from_config("index", index)
         self.value = registry.from_config("value", value)
+        if arrangement not in ("auto", "permutation"):
+            raise DeepReduceError(f"arrangement must be 'auto' or 'permutation', not {arrangement!r}")
+        self.arrangement = arrangement
 
     @property
     def lossless(self):
         """True when every selected element arrives exactly."""
         return self.index.lossless and self.value.lossless
 
-    @property
-    def needs_dense(self):
-        return self.index.needs_dense
-
     def get_config(self):
-        return {"index": self.index.get_config(), "value": self.value.get_config()}
+        return {"index": self.index.get_config(), "value": self.value.get_config(),
+                "arrangement": self.arrangement}
 
     @classmethod
     def from_config(cls, config):
         if not isinstance(config, dict):
             raise DeepReduceError(f"codec config must be a dict, not {type(config).__name__}")
-        unknown = set(config) - {"index", "value"}
+        unknown = set(config) - {"index", "value", "arrangement"}
         if unknown:
             raise DeepReduceError(f"unknown codec config keys: {sorted(unknown)}")
         return cls(**config)
@@ -68,7 +80,8 @@ class SparseCodec:
 
         values: float array, indices: integer positions in the flattened tensor (unique),
         shape: the dense shape. dense: the full tensor, needed by codecs that send values the
-        sparsifier did not pick (Bloom). seed: the random-k seed for the "seeded" index codec.
+        sparsifier did not pick (Bloom, the dense fallback of "auto"). seed: the random-k seed
+        for the "seeded" index codec.
         """
         shape = _check_shape(shape)
         size = math.prod(shape)
@@ -83,18 +96,49 @@ class SparseCodec:
             dense = np.asarray(dense).ravel()
             if dense.size != size:
                 raise DeepReduceError(f"dense has {dense.size} elements, shape {shape} needs {size}")
-        index_body, positions = self.index.encode(indices, size, dense=dense, seed=seed)
-        if positions is not indices:
-            values = _values_at(positions, indices, values, dense, self.index)
-        value_body = self.value.encode(values)
-        out = ByteWriter().u8(code).u8(LAYOUT_INDEX_ORDER).varint(len(shape))
+        prefix = (code, shape)
+        best = None
+        for index_codec in _candidates(self.index, dense):
+            index_body, positions = index_codec.encode(indices, size, dense=dense, seed=seed)
+            sent = values if positions is indices else _values_at(positions, indices, values,
+                                                                  dense, index_codec)
+            for value_codec in _candidates(self.value, dense):
+                best = self._smaller(best, prefix, index_codec, index_body, positions,
+                                     value_codec, sent)
+        if self.index.codec_id == "auto" and dense is not None:
+            # the dense fallback, tried only when even fp16 could beat the sparse payload
+            fallback = [RawValue()] if self.value.lossless else [Fp16Value(), RawValue()]
+            if best is None or 2 * size < len(best):
+                everything = np.arange(size, dtype=np.int64)
+                for value_codec in fallback:
+                    best = self._smaller(best, prefix, DenseIndex(), b"", everything,
+                                         value_codec, dense.astype(values.dtype))
+        if best is None:
+            raise DeepReduceError("no candidate codec could encode these values")
+        return MAGIC + bytes([VERSION]) + zlib.crc32(best).to_bytes(4, "little") + best
+
+    def _smaller(self, best, prefix, index_codec, index_body, positions, value_codec, values):
+        """The smaller of best and this combination's payload body (None if it cannot encode)."""
+        code, shape = prefix
+        try:
+            value_body, sort_order = value_codec.encode(values)
+        except DeepReduceError:
+            if value_codec is self.value:
+                raise
+            return best  # an "auto" candidate that cannot take these values
+        layout, extra = arrangement.choose(values, sort_order, value_codec, value_body,
+                                           self.arrangement)
+        if self.value.codec_id == "auto" and not self.value.accepts(
+                values, value_codec, value_body, layout, extra):
+            return best
+        body = ByteWriter().u8(code).u8(layout).varint(len(shape))
         for dim in shape:
-            out.varint(dim)
-        out.varint(positions.size)
-        out.u8(self.index.wire_id).section(index_body)
-        out.u8(self.value.wire_id).raw(value_body)
-        body = out.getvalue()
-        return MAGIC + bytes([VERSION]) + zlib.crc32(body).to_bytes(4, "little") + body
+            body.varint(dim)
+        body.varint(positions.size).u8(index_codec.wire_id).section(index_body)
+        if layout:
+            body.section(extra)
+        body = body.u8(value_codec.wire_id).raw(value_body).getvalue()
+        return body if best is None or len(body) < len(best) else best
 
 
 def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
@@ -119,7 +163,7 @@ def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
     reader = ByteReader(body)
     dtype = dtype_from_code(reader.u8())
     layout = reader.u8()
-    if layout != LAYOUT_INDEX_ORDER:
+    if layout not in arrangement.LAYOUTS:
         raise DeepReduceError(f"unknown value layout {layout}")
     ndim = reader.varint(limit=MAX_NDIM)
     shape = tuple(reader.varint(limit=max_elements) for _ in range(ndim))
@@ -131,6 +175,7 @@ def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
     count = reader.varint(limit=size)
     index_codec = registry.codec_for_wire("index", reader.u8())()
     index_body = reader.section()
+    extra = reader.section() if layout else None
     value_codec = registry.codec_for_wire("value", reader.u8())()
     value_body = reader.rest()
     indices = index_codec.decode(index_body, size, count)
@@ -139,8 +184,19 @@ def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
                               f"positions, header says {count}")
     if count and (indices[0] < 0 or indices[-1] >= size or (np.diff(indices) <= 0).any()):
         raise DeepReduceError("decoded positions are out of range or not strictly increasing")
-    values = value_codec.decode(value_body, count, dtype)
+    values = arrangement.restore(layout, extra, value_codec.decode(value_body, count, dtype))
     return values, indices, shape
+
+
+def densify(values, indices, shape, dtype=None):
+    """Scatter a decoded sparse tensor into a dense array."""
+    out = np.zeros(math.prod(shape), dtype=dtype or values.dtype)
+    out[indices] = values
+    return out.reshape(shape)
+
+
+def _candidates(codec, dense):
+    return codec.candidates(dense is not None) if codec.codec_id == "auto" else [codec]
 
 
 def _check_shape(shape):
@@ -155,8 +211,6 @@ def _check_shape(shape):
 
 def _check_indices(indices, count, size):
     indices = np.asarray(indices)
-    if indices.ndim != 1 and indices.size:
-        indices = indices.ravel()
     if indices.size and not np.issubdtype(indices.dtype, np.integer):
         raise DeepReduceError(f"indices must be integers, not {indices.dtype}")
     indices = indices.astype(np.int64, copy=False).ravel()

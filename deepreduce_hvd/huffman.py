@@ -8,7 +8,7 @@ import heapq
 
 import numpy as np
 
-from .bits import bits_to_fields, fields_to_bits
+from .bits import fields_to_bits
 from .errors import DeepReduceError
 
 MAX_CODE_LENGTH = 15
@@ -100,13 +100,16 @@ def decode(bits, lengths, count):
         table_sym[lo:hi], table_len[lo:hi] = sym, lengths[sym]
     total = bits.size
     padded = np.concatenate((bits, np.zeros(width, dtype=np.uint8)))
-    window = bits_to_fields(padded, np.arange(total), np.full(total, width))
-    step = table_len[window.astype(np.int64)]
+    window = np.zeros(total, dtype=np.int32)  # the next `width` bits at every position
+    for j in range(width):
+        window = (window << 1) | padded[j:j + total]
+    step = table_len[window]
     # next[p]: where the code after the one at p starts; total = end, total + 1 = invalid code
+    index_type = np.int32 if total < 2**31 - 2 else np.int64
     nxt = np.where(step > 0, np.arange(total) + step, total + 1)
     nxt = np.minimum(nxt, total + 1)
-    jump = np.concatenate((nxt, [total, total + 1]))
-    chain = np.zeros(1, dtype=np.int64)
+    jump = np.concatenate((nxt, [total, total + 1])).astype(index_type)
+    chain = np.zeros(1, dtype=index_type)
     while chain.size < count:
         chain = np.concatenate((chain, jump[chain]))
         if chain.size < count:
@@ -115,4 +118,4 @@ def decode(bits, lengths, count):
     last = int(chain[-1])
     if last >= total or (step[chain] == 0).any() or last + int(step[last]) > total:
         raise DeepReduceError("Huffman stream truncated or corrupted")
-    return table_sym[window[chain].astype(np.int64)], last + int(step[last])
+    return table_sym[window[chain]], last + int(step[last])

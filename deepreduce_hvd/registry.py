@@ -17,7 +17,8 @@ def register(kind):
         if cls.codec_id in ids or cls.wire_id in wires:
             raise DeepReduceError(f"{kind} codec {cls.codec_id!r} / {cls.wire_id} already registered")
         ids[cls.codec_id] = cls
-        wires[cls.wire_id] = cls
+        if cls.wire_id is not None:  # None: a config-level choice ("auto"), never on the wire
+            wires[cls.wire_id] = cls
         cls.kind = kind
         return cls
     return wrap

@@ -18,16 +18,42 @@ def _flat(dense):
     return dense.ravel()
 
 
+SAMPLED_TOPK_MIN_SIZE = 1 << 16
+_SAMPLE = 1 << 14
+
+
 def topk(dense, ratio):
-    """The round(ratio * size) elements of largest magnitude."""
+    """The round(ratio * size) elements of largest magnitude (exactly k, ties broken arbitrarily).
+
+    Large tensors take a sampled threshold: the k-th magnitude is estimated from a fixed-seed
+    sample, set a little low, and one pass keeps every element above it; the exact top k are
+    then picked among those few candidates (topped up by the exact method if the estimate
+    was too high).
+    """
     flat = _flat(dense)
     k = selection_size(flat.size, ratio)
-    magnitude = np.abs(flat.astype(np.float32, copy=False))
     if k == flat.size:
-        indices = np.arange(k, dtype=np.int64)
+        return flat.copy(), np.arange(k, dtype=np.int64)
+    if flat.size >= SAMPLED_TOPK_MIN_SIZE and k < flat.size // 4:
+        indices = _sampled_topk(flat, k)
     else:
-        indices = np.sort(np.argpartition(magnitude, flat.size - k)[flat.size - k:]).astype(np.int64)
+        magnitude = np.abs(flat.astype(np.float32, copy=False))
+        indices = np.argpartition(magnitude, flat.size - k)[flat.size - k:]
+    indices = np.sort(indices).astype(np.int64)
     return flat[indices], indices
+
+
+def _sampled_topk(flat, k):
+    sample = np.abs(flat[np.random.default_rng(0).integers(0, flat.size, _SAMPLE)]).astype(np.float32)
+    # a quantile set so that the sample expects 1.5x k candidates (plus sampling slack)
+    keep = min(1.0, (1.5 * k + 4 * np.sqrt(k)) / flat.size)
+    cut = np.quantile(sample, 1.0 - keep) if keep < 1 else 0.0
+    candidates = np.flatnonzero((flat >= cut) | (flat <= -cut))
+    if candidates.size < k:  # the estimate was too high: exact fallback
+        magnitude = np.abs(flat.astype(np.float32, copy=False))
+        return np.argpartition(magnitude, flat.size - k)[flat.size - k:]
+    magnitude = np.abs(flat[candidates].astype(np.float32, copy=False))
+    return candidates[np.argpartition(magnitude, candidates.size - k)[candidates.size - k:]]
 
 
 def random_positions(size, k, seed):

@@ -1,2 +1,3 @@
 """Index codecs; importing this package registers them all."""
-from . import bitmap, bloom, deflate, entropy, golomb, huffman, raw, rle, seeded, varint  # noqa: F401
+from . import (auto, bitmap, bloom, deflate, dense, entropy, golomb, huffman, raw, rle,  # noqa: F401
+               seeded, varint)

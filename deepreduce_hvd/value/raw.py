@@ -2,8 +2,8 @@
 import numpy as np
 
 from ..codec_base import ValueCodec
-from ..errors import DeepReduceError
 from ..registry import register
+from .checks import expect_size
 
 
 @register("value")
@@ -12,9 +12,8 @@ class RawValue(ValueCodec):
     wire_id = 1
 
     def encode(self, values):
-        return values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
+        return values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes(), None
 
     def decode(self, body, count, dtype):
-        if len(body) != count * dtype.itemsize:
-            raise DeepReduceError(f"raw values: {len(body)} bytes for {count} x {dtype.name}")
+        expect_size(body, count * dtype.itemsize, self.codec_id)
         return np.frombuffer(body, dtype=dtype.newbyteorder("<")).astype(dtype)

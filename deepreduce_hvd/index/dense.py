@@ -1,0 +1,27 @@
+"""dense: every position, zero index bytes; the fallback when a sparse encoding is larger.
+
+Values come from the dense tensor, so the receiver gets it whole (at the value codec's
+precision).
+"""
+import numpy as np
+
+from ..codec_base import IndexCodec
+from ..errors import DeepReduceError
+from ..registry import register
+
+
+@register("index")
+class DenseIndex(IndexCodec):
+    codec_id = "dense"
+    wire_id = 11
+    needs_dense = True
+
+    def encode(self, indices, size, dense=None, seed=None):
+        if indices.size == size:
+            return b"", indices
+        return b"", np.arange(size, dtype=np.int64)
+
+    def decode(self, body, size, count):
+        if len(body) or count != size:
+            raise DeepReduceError("dense indices: the payload must carry every element")
+        return np.arange(size, dtype=np.int64)

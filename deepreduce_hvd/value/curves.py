@@ -1,0 +1,21 @@
+"""What the curve-fitting value codecs share: sorting values into two monotone runs.
+
+Values are sorted descending, so the non-negatives come first (largest first) and the
+negatives after; each run is fitted on its own (the sign change is always a break).
+`encode` of a fitting codec returns the order it sorted by, and the payload carries the
+permutation that undoes it.
+"""
+import numpy as np
+
+
+def sorted_runs(values):
+    """-> (order, [non-negative run, negative run]) with values[order] = concatenated runs."""
+    order = np.argsort(-values, kind="stable")
+    ordered = values[order].astype(np.float64)
+    split = int((ordered >= 0).sum())
+    return order, [ordered[:split], ordered[split:]]
+
+
+def unit_grid(n):
+    """x coordinates of a run of n sorted values, in [0, 1] for good conditioning."""
+    return np.linspace(0.0, 1.0, n) if n > 1 else np.zeros(n)

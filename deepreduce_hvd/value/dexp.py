@@ -1,0 +1,66 @@
+"""dexp: the paper's double-exponential fit y = a*e^(b*x) + c*e^(d*x) of each sorted run (Fit-DExp).
+
+Fitted without iterations by the integral-equation method (Jacquelin): y satisfies
+y'' = p*y' + q*y with p = b + d, q = -b*d, so y is linear in its first and second cumulative
+integrals; one 4x4 least-squares system gives p and q, the roots give b and d, and one 2x2
+system gives a and c. Four float32 numbers per run. Best on large tensors (> ~9000 values).
+"""
+import numpy as np
+
+from ..codec_base import ValueCodec
+from ..errors import DeepReduceError
+from ..registry import register
+from ..wire import ByteReader, ByteWriter
+from .checks import finite_float32
+from .curves import sorted_runs, unit_grid
+
+
+def fit_double_exponential(x, y):
+    """-> (a, b, c, d) minimising |a*e^(bx) + c*e^(dx) - y| after the integral linearisation."""
+    if y.size < 4:
+        return (float(y.mean()) if y.size else 0.0), 0.0, 0.0, 0.0
+    dx = np.diff(x)
+    s = np.concatenate(([0.0], np.cumsum(0.5 * (y[1:] + y[:-1]) * dx)))
+    ss = np.concatenate(([0.0], np.cumsum(0.5 * (s[1:] + s[:-1]) * dx)))
+    design = np.stack([ss, s, x, np.ones_like(x)], axis=1)
+    q, p = np.linalg.lstsq(design, y, rcond=None)[0][:2]
+    disc = p * p + 4 * q
+    b, d = ((p + np.sqrt(disc)) / 2, (p - np.sqrt(disc)) / 2) if disc > 0 else (p / 2, 0.0)
+    basis = np.stack([np.exp(b * x), np.exp(d * x)], axis=1)
+    a, c = np.linalg.lstsq(basis, y, rcond=None)[0]
+    return float(a), float(b), float(c), float(d)
+
+
+def eval_double_exponential(params, n):
+    a, b, c, d = params
+    x = unit_grid(n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a * np.exp(b * x) + c * np.exp(d * x)
+
+
+@register("value")
+class DexpValue(ValueCodec):
+    codec_id = "dexp"
+    wire_id = 7
+    lossless = False
+
+    def encode(self, values):
+        order, runs = sorted_runs(finite_float32(values, self.codec_id))
+        out = ByteWriter().varint(runs[0].size)
+        for run in runs:
+            params = np.array(fit_double_exponential(unit_grid(run.size), run), dtype="<f4")
+            if not np.isfinite(params).all():
+                params = np.array([run.mean() if run.size else 0.0, 0, 0, 0], dtype="<f4")
+            out.raw(params.tobytes())
+        return out.getvalue(), order
+
+    def decode(self, body, count, dtype):
+        reader = ByteReader(body, "dexp values")
+        first = reader.varint(limit=count)
+        params = np.frombuffer(reader.raw(32), dtype="<f4").astype(np.float64).reshape(2, 4)
+        reader.expect_end()
+        out = np.concatenate([eval_double_exponential(params[0], first),
+                              eval_double_exponential(params[1], count - first)])
+        if not np.isfinite(out).all():
+            raise DeepReduceError("dexp: parameters overflow")
+        return out.astype(dtype)

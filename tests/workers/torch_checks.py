@@ -1,0 +1,174 @@
+"""Checks of deepreduce_hvd.torch on real Horovod ranks; run by tests/test_torch_horovod.py.
+
+Each check raises on failure; every rank prints "RESULT <check> ok" when it passes.
+"""
+import sys
+
+import horovod.torch as hvd
+import numpy as np
+import torch
+
+import deepreduce_hvd as dr
+from deepreduce_hvd.torch import DeepReduce
+
+hvd.init()
+torch.manual_seed(1234 + hvd.rank())  # different gradients on each rank
+rank, size = hvd.rank(), hvd.size()
+
+
+def ok(check):
+    print(f"RESULT {check} ok", flush=True)
+
+
+def gathered_sparse(local_dense, ratio, index=None):
+    """Average over ranks of each rank's own top-k sparse tensor, computed locally (for Bloom,
+    the tensor its own payload decodes to: the top-k plus false positives' true values)."""
+    dense = local_dense.numpy()
+    values, indices = dr.topk(dense, ratio)
+    if index is not None:
+        payload = dr.SparseCodec(index=index).encode(values, indices, dense.shape, dense=dense)
+        values, indices, _ = dr.decode(payload)
+    mine = dr.densify(values, indices, local_dense.shape)
+    return np.mean(hvd.allgather_object(mine), axis=0)
+
+
+def check_lossless_equals_dense():
+    for op in (hvd.Average, hvd.Sum):
+        for config in (dict(sparsifier="none", index="entropy", value="raw"),
+                       dict(sparsifier="topk", ratio=1.0, index="bitmap", value="deflate")):
+            t = torch.randn(64, 50)
+            got = hvd.allreduce(t, name=f"lossless.{op}.{config['index']}", op=op,
+                                compression=DeepReduce(**config))
+            want = hvd.allreduce(t, name=f"dense.{op}.{config['index']}", op=op)
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    ok("lossless_equals_dense")
+
+
+def check_topk_equals_local_average():
+    for index, value in (("entropy", "raw"), ("bloom", "raw"), ("golomb", "deflate")):
+        t = torch.randn(100, 80)
+        got = hvd.allreduce(t, name=f"topk.{index}", compression=DeepReduce(
+            ratio=0.05, index=index, value=value))
+        want = gathered_sparse(t, 0.05, index="bloom" if index == "bloom" else None)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-7)
+        if index == "bloom":
+            assert np.count_nonzero(want) > np.count_nonzero(gathered_sparse(t, 0.05))
+    ok("topk_equals_local_average")
+
+
+def check_passthrough():
+    compression = DeepReduce(ratio=0.01)
+    small = torch.randn(10)
+    ints = torch.arange(5000, dtype=torch.int64) * (rank + 1)
+    torch.testing.assert_close(hvd.allreduce(small, name="small", compression=compression),
+                               hvd.allreduce(small, name="small.dense"))
+    torch.testing.assert_close(hvd.allreduce(ints, name="ints", op=hvd.Sum, compression=compression),
+                               hvd.allreduce(ints, name="ints.dense", op=hvd.Sum))
+    stats = compression.stats()
+    assert stats["tensors_passed_through"] == 2 and stats["tensors_compressed"] == 0, stats
+    ok("passthrough")
+
+
+def make_model():
+    torch.manual_seed(0)  # same initial weights everywhere
+    return torch.nn.Sequential(torch.nn.Linear(40, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 3))
+
+
+def train(model, compression, steps=4, **kwargs):
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   compression=compression, **kwargs)
+    passes = kwargs.get("backward_passes_per_step", 1)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        opt.zero_grad()
+        for _ in range(passes):
+            x = torch.randn(16, 40, generator=gen)
+            model(x).pow(2).mean().backward()
+        opt.step()
+    return opt
+
+
+def assert_same_everywhere(model):
+    for name, p in model.named_parameters():
+        copies = hvd.allgather_object(p.detach().numpy())
+        for other in copies[1:]:
+            np.testing.assert_array_equal(copies[0], other, err_msg=name)
+
+
+def check_optimizer_variants():
+    variants = [dict(), dict(backward_passes_per_step=2), dict(op=hvd.Sum),
+                dict(gradient_predivide_factor=2.0), dict(groups=2)]
+    for kwargs in variants:
+        model = make_model()
+        compression = DeepReduce(ratio=0.1, index="entropy", value="qsgd", memory="residual",
+                                 min_size=100)
+        train(model, compression, **kwargs)
+        assert_same_everywhere(model)
+        stats = compression.stats()
+        assert stats["tensors_compressed"] > 0 and stats["bytes_sent"] < stats["dense_bytes"], stats
+        big = {n for n, p in model.named_parameters() if p.numel() >= 100}
+        assert set(compression.pipeline.memory._residuals) == big, \
+            sorted(compression.pipeline.memory._residuals)
+    ok("optimizer_variants")
+
+
+def check_optimizer_matches_dense():
+    """One SGD step with lossless ratio=1 compression equals a dense Horovod step."""
+    dense_model, dr_model = make_model(), make_model()
+    train(dense_model, hvd.Compression.none, steps=2)
+    train(dr_model, DeepReduce(sparsifier="none", min_size=100), steps=2)
+    for (n, a), (_, b) in zip(dense_model.named_parameters(), dr_model.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=n)
+    ok("optimizer_matches_dense")
+
+
+def check_hook_order_independent():
+    """Reduce same-shaped parameters in a different order on each rank: names must agree."""
+    model = torch.nn.Sequential(torch.nn.Linear(50, 50), torch.nn.Linear(50, 50))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   compression=DeepReduce(sparsifier="none", min_size=100))
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float(rank + 1)) * (1 + p.numel() % 7)
+    params = [p for p in model.parameters() if p.dim() == 2]
+    expected = [hvd.allreduce(p.grad, name=f"expect.{i}") for i, p in enumerate(params)]
+    for p in (params if rank == 0 else params[::-1]):
+        opt._handles[p] = opt._allreduce_grad_async(p)
+    opt.synchronize()
+    for p, want in zip(params, expected):
+        torch.testing.assert_close(p.grad, want)
+    ok("hook_order_independent")
+
+
+def expect_error(fn, fragment):
+    try:
+        fn()
+    except dr.DeepReduceError as exc:
+        assert fragment in str(exc), str(exc)
+        return
+    raise AssertionError(f"no DeepReduceError ({fragment})")
+
+
+def check_mismatches():
+    t = torch.randn(40, 40)
+    other = DeepReduce(ratio=0.05, index="golomb" if rank else "entropy")
+    expect_error(lambda: hvd.allreduce(t, name="mismatch.config", compression=other), "config")
+    shaped = torch.randn(40, 40) if rank == 0 else torch.randn(80, 20)
+    expect_error(lambda: hvd.allreduce(shaped, name="mismatch.shape",
+                                       compression=DeepReduce(ratio=0.05)), "shape")
+    corrupt = DeepReduce(ratio=0.05)
+    if rank == 1:
+        real = corrupt.pipeline.compress
+        corrupt.pipeline.compress = lambda name, dense: real(name, dense)[:-3] + b"xyz"
+    expect_error(lambda: hvd.allreduce(t, name="mismatch.corrupt", compression=corrupt),
+                 "checksum")
+    ok("mismatches")
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+if __name__ == "__main__":
+    for check in sys.argv[1:] or CHECKS:
+        CHECKS[check]()
