@@ -141,12 +141,13 @@ class SparseCodec:
         return body if best is None or len(body) < len(best) else best
 
 
-def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
-    """Decode a payload -> (values, indices, shape); the payload names its own codecs.
+class _Parsed:
+    """A payload's header fields and its undecoded sections."""
+    __slots__ = ("dtype", "layout", "shape", "size", "count", "index_codec", "index_body",
+                 "extra", "value_codec", "value_body")
 
-    Raises DeepReduceError for truncated, corrupted, oversized (more than max_elements) or
-    otherwise malformed bytes, and when expect_shape is given and differs.
-    """
+
+def _parse(payload, max_elements, expect_shape):
     try:
         head = ByteReader(payload)
     except TypeError:
@@ -160,32 +161,54 @@ def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
     body = head.rest()
     if zlib.crc32(body) != crc:
         raise DeepReduceError("payload checksum mismatch: corrupted bytes")
-    reader = ByteReader(body)
-    dtype = dtype_from_code(reader.u8())
-    layout = reader.u8()
-    if layout not in arrangement.LAYOUTS:
-        raise DeepReduceError(f"unknown value layout {layout}")
+    reader, out = ByteReader(body), _Parsed()
+    out.dtype = dtype_from_code(reader.u8())
+    out.layout = reader.u8()
+    if out.layout not in arrangement.LAYOUTS:
+        raise DeepReduceError(f"unknown value layout {out.layout}")
     ndim = reader.varint(limit=MAX_NDIM)
-    shape = tuple(reader.varint(limit=max_elements) for _ in range(ndim))
-    size = math.prod(shape)
-    if size > max_elements:
-        raise DeepReduceError(f"payload declares {size} elements, more than the limit {max_elements}")
-    if expect_shape is not None and tuple(expect_shape) != shape:
-        raise DeepReduceError(f"payload shape {shape} differs from the expected {tuple(expect_shape)}")
-    count = reader.varint(limit=size)
-    index_codec = registry.codec_for_wire("index", reader.u8())()
-    index_body = reader.section()
-    extra = reader.section() if layout else None
-    value_codec = registry.codec_for_wire("value", reader.u8())()
-    value_body = reader.rest()
-    indices = index_codec.decode(index_body, size, count)
-    if indices.size != count:
-        raise DeepReduceError(f"index codec {index_codec.codec_id!r} decoded {indices.size} "
-                              f"positions, header says {count}")
-    if count and (indices[0] < 0 or indices[-1] >= size or (np.diff(indices) <= 0).any()):
+    out.shape = tuple(reader.varint(limit=max_elements) for _ in range(ndim))
+    out.size = math.prod(out.shape)
+    if out.size > max_elements:
+        raise DeepReduceError(f"payload declares {out.size} elements, more than the limit "
+                              f"{max_elements}")
+    if expect_shape is not None and tuple(expect_shape) != out.shape:
+        raise DeepReduceError(f"payload shape {out.shape} differs from the expected "
+                              f"{tuple(expect_shape)}")
+    out.count = reader.varint(limit=out.size)
+    out.index_codec = registry.codec_for_wire("index", reader.u8())()
+    out.index_body = reader.section()
+    out.extra = reader.section() if out.layout else None
+    out.value_codec = registry.codec_for_wire("value", reader.u8())()
+    out.value_body = reader.rest()
+    return out
+
+
+def decode(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None):
+    """Decode a payload -> (values, indices, shape); the payload names its own codecs.
+
+    Raises DeepReduceError for truncated, corrupted, oversized (more than max_elements) or
+    otherwise malformed bytes, and when expect_shape is given and differs.
+    """
+    p = _parse(payload, max_elements, expect_shape)
+    indices = p.index_codec.decode(p.index_body, p.size, p.count)
+    if indices.size != p.count:
+        raise DeepReduceError(f"index codec {p.index_codec.codec_id!r} decoded {indices.size} "
+                              f"positions, header says {p.count}")
+    if p.count and (indices[0] < 0 or indices[-1] >= p.size or (np.diff(indices) <= 0).any()):
         raise DeepReduceError("decoded positions are out of range or not strictly increasing")
-    values = arrangement.restore(layout, extra, value_codec.decode(value_body, count, dtype))
-    return values, indices, shape
+    values = p.value_codec.decode(p.value_body, p.count, p.dtype)
+    return arrangement.restore(p.layout, p.extra, values), indices, p.shape
+
+
+def describe(payload, max_elements=DEFAULT_MAX_ELEMENTS):
+    """What a payload holds, without decoding it: codecs chosen, counts and section sizes."""
+    p = _parse(payload, max_elements, None)
+    return {"shape": p.shape, "dtype": p.dtype.name, "count": p.count,
+            "index": p.index_codec.codec_id, "value": p.value_codec.codec_id,
+            "layout": p.layout, "index_bytes": len(p.index_body),
+            "arrangement_bytes": len(p.extra) if p.extra is not None else 0,
+            "value_bytes": len(p.value_body), "total_bytes": len(payload)}
 
 
 def densify(values, indices, shape, dtype=None):

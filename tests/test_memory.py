@@ -1,0 +1,70 @@
+"""Error feedback: nothing a rank fails to deliver is lost, whichever codec lost it."""
+import numpy as np
+import pytest
+
+import deepreduce_hvd as dr
+
+
+@pytest.mark.parametrize("config", [
+    dict(index="entropy", value="raw"),
+    dict(index="entropy", value={"id": "qsgd", "bits": 4}),
+    dict(index={"id": "bloom", "policy": "random"}, value="raw"),
+    dict(index="entropy", value="polyfit"),
+])
+def test_delivered_plus_residual_conserves_the_gradient_sum(config, rng):
+    pipeline = dr.Pipeline(ratio=0.02, memory="residual", **config)
+    shape, total_grad, total_delivered = (60, 70), 0, 0
+    for step in range(6):
+        grad = rng.standard_normal(shape).astype(np.float32)
+        frame = pipeline.compress("w", grad)
+        delivered = pipeline.decompress(frame, shape, "float32", ranks=1)
+        total_grad, total_delivered = total_grad + grad, total_delivered + delivered
+    residual = pipeline.memory.residual("w")
+    np.testing.assert_allclose(total_delivered + residual, total_grad, rtol=1e-4, atol=1e-4)
+    assert np.abs(residual).sum() > 0
+
+
+def test_residual_includes_the_codec_loss(rng):
+    grad = rng.standard_normal(5000).astype(np.float32)
+    lossy = dr.Pipeline(ratio=0.05, value={"id": "qsgd", "bits": 3}, memory="residual")
+    exact = dr.Pipeline(ratio=0.05, value="raw", memory="residual")
+    lossy.compress("g", grad)
+    exact.compress("g", grad)
+    values, indices = dr.topk(grad, 0.05)
+    selected = np.zeros(grad.size, bool)
+    selected[indices] = True
+    assert np.all(exact.memory.residual("g")[selected] == 0)   # sparsifier loss only
+    assert np.any(lossy.memory.residual("g")[selected] != 0)   # plus quantisation loss
+
+
+def test_memory_checks_shape_and_keys():
+    memory = dr.ResidualMemory()
+    memory.update("a", np.ones(3), np.zeros(3))
+    np.testing.assert_array_equal(memory.compensate("a", np.ones(3)), 2 * np.ones(3))
+    np.testing.assert_array_equal(memory.compensate("b", np.ones(3)), np.ones(3))
+    with pytest.raises(dr.DeepReduceError, match="changed shape"):
+        memory.compensate("a", np.ones(4))
+    memory.reset("a")
+    assert memory.residual("a") is None
+
+
+def test_pipeline_rejects_bad_config():
+    for bad in (dict(sparsifier="topq"), dict(ratio=0), dict(ratio=1.5), dict(memory="yes"),
+                dict(min_size=-1), dict(index="nope"), dict(value={"id": "qsgd", "bits": 1})):
+        with pytest.raises(dr.DeepReduceError):
+            dr.Pipeline(**bad)
+
+
+def test_frames_detect_mismatch_and_truncation(rng):
+    grad = rng.standard_normal((40, 40)).astype(np.float32)
+    a, b = dr.Pipeline(ratio=0.05), dr.Pipeline(ratio=0.05, index="golomb")
+    frames = a.compress("w", grad) + b.compress("w", grad)
+    with pytest.raises(dr.DeepReduceError, match="rank 1 .*config"):
+        a.decompress(frames, grad.shape, "float32", ranks=2)
+    good = a.compress("w", grad)
+    with pytest.raises(dr.DeepReduceError, match="truncated"):
+        a.decompress(good[:-5], grad.shape, "float32", ranks=1)
+    with pytest.raises(dr.DeepReduceError, match="left after"):
+        a.decompress(good + b"x", grad.shape, "float32", ranks=1)
+    with pytest.raises(dr.DeepReduceError, match="no DeepReduce frame"):
+        a.decompress(good, grad.shape, "float32", ranks=2)
