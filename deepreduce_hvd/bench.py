@@ -1,13 +1,16 @@
 """Benchmarks of the core codecs on real gradients.
 
-    python -m deepreduce_hvd.bench codecs --gradients FILE.npz --density 0.01
+    python -m deepreduce_hvd.bench codecs --gradients FILE.npz --density 0.01 [--plot P.png]
     python -m deepreduce_hvd.bench bloom --size 25000000 --density 0.01
+    python -m deepreduce_hvd.bench topk --size 25000000 --density 0.01
 
 `codecs` top-k-sparsifies every gradient of at least --min-size elements (smaller tensors are
 sent dense, as in the paper), encodes it with each index codec and real value bytes, and
 reports index bits per selected element (the whole payload minus k raw values: headers,
 tables and, for Bloom p0, the extra false-positive values included), encode/decode time and
-the uniform-subset bound log2 C(N, k) / k.
+the uniform-subset bound log2 C(N, k) / k. Then whole pipelines (index + value codec): bits
+per selected element of the complete payload and the relative L2 error of what arrives
+against the dense gradient at the positions sent.
 """
 import argparse
 import json
@@ -23,6 +26,12 @@ from .sparsify import topk
 
 INDEX_ROWS = ["raw", "bitmap", "rle", "huffman", "deflate", "varint", "golomb", "entropy",
               "bloom", {"id": "bloom", "policy": "conflict"}]
+PIPELINES = {"top-k raw pairs": ("raw", "raw"), "entropy+raw": ("entropy", "raw"),
+             "entropy+fp16": ("entropy", "fp16"), "entropy+qsgd": ("entropy", "qsgd"),
+             "entropy+entropy": ("entropy", "entropy"), "entropy+polyfit": ("entropy", "polyfit"),
+             "entropy+dexp": ("entropy", "dexp"), "bloom+qsgd": ("bloom", "qsgd"),
+             "bloom+polyfit": ("bloom", "polyfit"), "auto+auto": ("auto", "auto")}
+PLOTTED = ["top-k raw pairs", "entropy+raw", "entropy+entropy", "bloom+qsgd", "auto+auto"]
 
 
 def log2_binomial(n, k):
@@ -72,6 +81,83 @@ def print_index_table(report):
               f"{row['decode_ms']:.1f} | {row['lossless']} | {row['exact']} |")
 
 
+def bench_pipelines(gradients, density, names=tuple(PIPELINES)):
+    sparse = {name: (g, *topk(g, density)) for name, g in gradients.items()}
+    selected = sum(idx.size for _, _, idx in sparse.values())
+    rows = []
+    for name in names:
+        index, value = PIPELINES[name]
+        codec = SparseCodec(index=index, value=value)
+        nbytes = encode_s = decode_s = err2 = ref2 = 0.0
+        for g, values, indices in sparse.values():
+            t0 = time.perf_counter()
+            payload = codec.encode(values, indices, g.shape, dense=g)
+            t1 = time.perf_counter()
+            v2, i2, _ = decode(payload)
+            t2 = time.perf_counter()
+            encode_s, decode_s, nbytes = encode_s + t1 - t0, decode_s + t2 - t1, nbytes + len(payload)
+            sent = np.union1d(indices, i2)
+            got = np.zeros(g.size, np.float64)
+            got[i2] = v2
+            err2 += float(((got[sent] - g.ravel()[sent]) ** 2).sum())
+            ref2 += float((g.ravel()[sent].astype(np.float64) ** 2).sum())
+        rows.append({"pipeline": name, "bits_per_element": 8 * nbytes / selected,
+                     "relative_l2_error": math.sqrt(err2 / ref2) if ref2 else 0.0,
+                     "encode_ms": 1e3 * encode_s, "decode_ms": 1e3 * decode_s})
+    return {"density": density, "selected": selected, "rows": rows}
+
+
+def print_pipeline_table(report):
+    print(f"\nwhole payloads at density {report['density']} (raw top-k pairs cost 64 bits):")
+    print("| pipeline | bits/element | rel. L2 error | encode ms | decode ms |")
+    print("|---|---:|---:|---:|---:|")
+    for row in report["rows"]:
+        print(f"| {row['pipeline']} | {row['bits_per_element']:.2f} | "
+              f"{row['relative_l2_error']:.4f} | {row['encode_ms']:.1f} | {row['decode_ms']:.1f} |")
+
+
+def plot_densities(gradients, path, densities=(0.001, 0.01, 0.1)):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    curves = {name: [] for name in PLOTTED}
+    for density in densities:
+        for row in bench_pipelines(gradients, density, PLOTTED)["rows"]:
+            curves[row["pipeline"]].append(row["bits_per_element"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, bits in curves.items():
+        ax.plot([100 * d for d in densities], bits, marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("density (% of elements selected by top-k)")
+    ax.set_ylabel("bits per selected element (whole payload)")
+    ax.set_title("DeepReduce payload size on real gradients")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return curves
+
+
+def bench_topk(size, density, repeats):
+    import torch
+    dense = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    tensor = torch.from_numpy(dense)
+    k = max(1, int(round(size * density)))
+
+    def best(fn):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return 1e3 * min(times)
+
+    ours = best(lambda: topk(dense, density))
+    theirs = best(lambda: torch.topk(tensor.abs(), k, sorted=False))
+    return {"size": size, "k": k, "deepreduce_topk_ms": ours, "torch_topk_ms": theirs,
+            "speedup": theirs / ours}
+
+
 def bench_bloom(size, density, repeats):
     rng = np.random.default_rng(0)
     count = max(1, int(size * density))
@@ -110,16 +196,28 @@ def main(argv=None):
     codecs.add_argument("--density", type=float, default=0.01)
     codecs.add_argument("--min-size", type=int, default=1000)
     codecs.add_argument("--json", help="also write the report here")
+    codecs.add_argument("--plot", help="PNG of bits per element against density")
     bloom = sub.add_parser("bloom", help="C++ vs numpy Bloom query over a whole tensor")
     bloom.add_argument("--size", type=int, default=25_000_000)
     bloom.add_argument("--density", type=float, default=0.01)
     bloom.add_argument("--repeats", type=int, default=5)
+    top = sub.add_parser("topk", help="sampled-threshold top-k against torch.topk")
+    top.add_argument("--size", type=int, default=25_000_000)
+    top.add_argument("--density", type=float, default=0.01)
+    top.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     if args.command == "codecs":
-        report = bench_index_codecs(load_gradients(args.gradients, args.min_size), args.density)
+        gradients = load_gradients(args.gradients, args.min_size)
+        report = bench_index_codecs(gradients, args.density)
         print_index_table(report)
+        report["pipelines"] = bench_pipelines(gradients, args.density)
+        print_pipeline_table(report["pipelines"])
+        if args.plot:
+            report["plot"] = plot_densities(gradients, args.plot)
+            print(f"\nplot written to {args.plot}")
     else:
-        report = bench_bloom(args.size, args.density, args.repeats)
+        bench = bench_bloom if args.command == "bloom" else bench_topk
+        report = bench(args.size, args.density, args.repeats)
         print(json.dumps(report, indent=1))
     if getattr(args, "json", None):
         with open(args.json, "w") as f:

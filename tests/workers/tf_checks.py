@@ -1,0 +1,157 @@
+"""Checks of deepreduce_hvd.tensorflow on real Horovod ranks; run by tests/test_tf_horovod.py.
+
+Each check raises on failure; every rank prints "RESULT <check> ok" when it passes.
+"""
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow as hvd
+
+import deepreduce_hvd as dr
+from deepreduce_hvd.tensorflow import DeepReduce
+
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+rng = np.random.default_rng(100 + rank)
+
+
+def ok(check):
+    print(f"RESULT {check} ok", flush=True)
+
+
+def local_average(dense, ratio):
+    values, indices = dr.topk(dense, ratio)
+    mine = dr.densify(values, indices, dense.shape)
+    return np.mean(hvd.allgather_object(mine), axis=0)
+
+
+def check_eager():
+    t = tf.constant(rng.standard_normal((50, 60)), tf.float32)
+    for op in (hvd.Average, hvd.Sum):
+        got = hvd.allreduce(t, op=op, compression=DeepReduce(sparsifier="none"))
+        np.testing.assert_allclose(got.numpy(), hvd.allreduce(t, op=op).numpy(), rtol=1e-6, atol=1e-6)
+    got = hvd.allreduce(t, compression=DeepReduce(ratio=0.05, index="entropy", value="raw"))
+    np.testing.assert_allclose(got.numpy(), local_average(t.numpy(), 0.05), rtol=1e-6, atol=1e-7)
+    ints = tf.range(5000) * (rank + 1)
+    compression = DeepReduce(ratio=0.05)
+    np.testing.assert_array_equal(hvd.allreduce(ints, op=hvd.Sum, compression=compression).numpy(),
+                                  hvd.allreduce(ints, op=hvd.Sum).numpy())
+    assert compression.stats()["tensors_passed_through"] == 1
+    ok("eager")
+
+
+def check_tf_function():
+    t = tf.constant(rng.standard_normal((40, 70)), tf.float32)
+    compression = DeepReduce(ratio=0.05, index="golomb", value="raw")
+
+    @tf.function
+    def reduce(x):
+        return hvd.allreduce(x, compression=compression)
+
+    for _ in range(2):  # the traced function runs twice: encode/decode happen at run time
+        np.testing.assert_allclose(reduce(t).numpy(), local_average(t.numpy(), 0.05),
+                                   rtol=1e-6, atol=1e-7)
+    assert compression.stats()["tensors_compressed"] == 2
+    ok("tf_function")
+
+
+def check_gradient_tape():
+    tf.random.set_seed(0)
+    w1 = tf.Variable(tf.random.normal((30, 64), seed=1), name="w1")
+    w2 = tf.Variable(tf.random.normal((64, 4), seed=2), name="w2")
+    compression = DeepReduce(ratio=0.1, index="entropy", value="qsgd", memory="residual", min_size=100)
+    opt = tf.optimizers.SGD(0.05)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.nn.relu(x @ w1) @ w2))
+        tape = hvd.DistributedGradientTape(tape, compression=compression)
+        grads = tape.gradient(loss, [w1, w2])
+        opt.apply_gradients(zip(grads, [w1, w2]))
+        return loss
+
+    for _ in range(4):
+        step(tf.constant(rng.standard_normal((16, 30)), tf.float32))
+    for w in (w1, w2):
+        copies = hvd.allgather_object(w.numpy())
+        np.testing.assert_array_equal(copies[0], copies[1])
+    assert len(compression.pipeline.memory._residuals) == 2  # one residual per variable
+    stats = compression.stats()
+    assert stats["tensors_compressed"] == 8 and stats["bytes_sent"] < stats["dense_bytes"], stats
+    ok("gradient_tape")
+
+
+def check_mismatch():
+    t = tf.constant(rng.standard_normal((40, 40)), tf.float32)
+    other = dict(ratio=0.05, index="golomb" if rank else "entropy")
+    try:  # eagerly, tf.numpy_function re-raises the DeepReduceError itself
+        hvd.allreduce(t, compression=DeepReduce(**other))
+        raise AssertionError("no error in eager mode")
+    except dr.DeepReduceError as exc:
+        assert "config" in str(exc), str(exc)
+    compression = DeepReduce(**other)
+    reduce = tf.function(lambda x: hvd.allreduce(x, compression=compression))
+    try:  # in a graph, TF wraps it in an OpError that names it
+        reduce(t)
+        raise AssertionError("no error in graph mode")
+    except tf.errors.OpError as exc:
+        assert "DeepReduceError" in exc.message and "config" in exc.message, exc.message
+    ok("mismatch")
+
+
+def check_keras_fit():
+    import tf_keras as keras
+    import horovod.tensorflow.keras as hvd_keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(64, activation="relu", input_shape=(20,)),
+                              keras.layers.Dense(3)])
+    compression = DeepReduce(ratio=0.1, min_size=100, memory="residual")
+    opt = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.05), compression=compression)
+    model.compile(opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = rng.standard_normal((64, 20)).astype(np.float32)
+    y = rng.integers(0, 3, 64)
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0,
+              callbacks=[hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0)])
+    for w in model.get_weights():
+        copies = hvd.allgather_object(w)
+        np.testing.assert_array_equal(copies[0], copies[1])
+    assert compression.stats()["tensors_compressed"] > 0
+    ok("keras_fit")
+
+
+def check_keras3_gradients():
+    import keras
+    from deepreduce_hvd.tensorflow import allreduce_gradients
+    assert keras.__version__.startswith("3"), keras.__version__
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(3)])
+    opt = keras.optimizers.SGD(0.05)
+    compression = DeepReduce(ratio=0.1, min_size=100, memory="residual")
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                y, model(x), from_logits=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(allreduce_gradients(grads, model.trainable_variables,
+                                                    compression), model.trainable_variables))
+
+    for _ in range(3):
+        step(rng.standard_normal((16, 20)).astype(np.float32), rng.integers(0, 3, 16))
+    for w in model.get_weights():
+        copies = hvd.allgather_object(w)
+        np.testing.assert_array_equal(copies[0], copies[1])
+    assert compression.stats()["tensors_compressed"] == 6  # two kernels, three steps
+    ok("keras3_gradients")
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+if __name__ == "__main__":
+    for check in sys.argv[1:] or CHECKS:
+        CHECKS[check]()
