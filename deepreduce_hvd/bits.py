@@ -50,24 +50,33 @@ def bits_to_fields(bits, starts, widths):
     return out
 
 
+def _narrow(width):
+    return next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                if width <= 8 * np.dtype(t).itemsize)
+
+
 def fixed_to_bits(values, width):
-    """Fixed-width fields, MSB first."""
-    values = np.asarray(values, dtype=np.uint64)
-    if width == 0 or values.size == 0:
+    """Fixed-width fields, MSB first (one pass per bit, in the narrowest integer type)."""
+    if width == 0 or np.size(values) == 0:
         return np.zeros(0, dtype=np.uint8)
-    shifts = np.arange(width - 1, -1, -1, dtype=np.uint64)
-    return ((values[:, None] >> shifts) & np.uint64(1)).astype(np.uint8).ravel()
+    kind = _narrow(width)
+    values = np.asarray(values).astype(kind, copy=False)
+    out = np.empty(values.size * width, dtype=np.uint8)
+    for j in range(width):
+        out[j::width] = (values >> kind(width - 1 - j)) & kind(1)
+    return out
 
 
 def bits_to_fixed(bits, count, width):
-    """Inverse of fixed_to_bits on the first count*width bits."""
+    """Inverse of fixed_to_bits on the first count*width bits -> uint64 array."""
     if width == 0 or count == 0:
         return np.zeros(count, dtype=np.uint64)
+    kind = _narrow(width)
     grid = bits[: count * width].reshape(count, width)
-    out = np.zeros(count, dtype=np.uint64)
+    out = np.zeros(count, dtype=kind)
     for j in range(width):
-        out = (out << np.uint64(1)) | grid[:, j]
-    return out
+        out = (out << kind(1)) | grid[:, j]
+    return out.astype(np.uint64)
 
 
 def bit_length(values):

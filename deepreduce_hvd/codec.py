@@ -75,13 +75,15 @@ class SparseCodec:
     def __repr__(self):
         return f"SparseCodec(index={self.index!r}, value={self.value!r})"
 
-    def encode(self, values, indices, shape, dense=None, seed=None):
-        """Encode a sparse tensor -> bytes.
+    def encode(self, values, indices, shape, dense=None, seed=None, delivered=False):
+        """Encode a sparse tensor -> bytes (or (bytes, (values, indices)) with delivered=True).
 
         values: float array, indices: integer positions in the flattened tensor (unique),
         shape: the dense shape. dense: the full tensor, needed by codecs that send values the
         sparsifier did not pick (Bloom, the dense fallback of "auto"). seed: the random-k seed
-        for the "seeded" index codec.
+        for the "seeded" index codec. delivered: also return what decode() of this payload
+        gives (values decoded by the value codec exactly as a receiver does, at the positions
+        the index codec chose), without decoding the index part again.
         """
         shape = _check_shape(shape)
         size = math.prod(shape)
@@ -98,27 +100,34 @@ class SparseCodec:
                 raise DeepReduceError(f"dense has {dense.size} elements, shape {shape} needs {size}")
         prefix = (code, shape)
         best = None
-        for index_codec in _candidates(self.index, dense):
+        for index_codec in _candidates(self.index, dense, indices.size):
             index_body, positions = index_codec.encode(indices, size, dense=dense, seed=seed)
             sent = values if positions is indices else _values_at(positions, indices, values,
                                                                   dense, index_codec)
-            for value_codec in _candidates(self.value, dense):
+            for value_codec in _candidates(self.value, dense, positions.size):
                 best = self._smaller(best, prefix, index_codec, index_body, positions,
                                      value_codec, sent)
         if self.index.codec_id == "auto" and dense is not None:
             # the dense fallback, tried only when even fp16 could beat the sparse payload
             fallback = [RawValue()] if self.value.lossless else [Fp16Value(), RawValue()]
-            if best is None or 2 * size < len(best):
+            if best is None or 2 * size < len(best[0]):
                 everything = np.arange(size, dtype=np.int64)
                 for value_codec in fallback:
                     best = self._smaller(best, prefix, DenseIndex(), b"", everything,
                                          value_codec, dense.astype(values.dtype))
         if best is None:
             raise DeepReduceError("no candidate codec could encode these values")
-        return MAGIC + bytes([VERSION]) + zlib.crc32(best).to_bytes(4, "little") + best
+        body, positions = best
+        payload = MAGIC + bytes([VERSION]) + zlib.crc32(body).to_bytes(4, "little") + body
+        if not delivered:
+            return payload
+        p = _parse(payload, max(size, 1), None)
+        values = p.value_codec.decode(p.value_body, p.count, p.dtype)
+        return payload, (arrangement.restore(p.layout, p.extra, values), positions)
 
     def _smaller(self, best, prefix, index_codec, index_body, positions, value_codec, values):
-        """The smaller of best and this combination's payload body (None if it cannot encode)."""
+        """The smaller of best and this combination's (payload body, positions); best is
+        kept when this combination cannot encode the values."""
         code, shape = prefix
         try:
             value_body, sort_order = value_codec.encode(values)
@@ -138,7 +147,7 @@ class SparseCodec:
         if layout:
             body.section(extra)
         body = body.u8(value_codec.wire_id).raw(value_body).getvalue()
-        return body if best is None or len(body) < len(best) else best
+        return (body, positions) if best is None or len(body) < len(best[0]) else best
 
 
 class _Parsed:
@@ -218,8 +227,8 @@ def densify(values, indices, shape, dtype=None):
     return out.reshape(shape)
 
 
-def _candidates(codec, dense):
-    return codec.candidates(dense is not None) if codec.codec_id == "auto" else [codec]
+def _candidates(codec, dense, count):
+    return codec.candidates(dense is not None, count) if codec.codec_id == "auto" else [codec]
 
 
 def _check_shape(shape):

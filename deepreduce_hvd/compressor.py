@@ -105,10 +105,12 @@ class Pipeline:
         values, indices, seed = self.sparsify(name, work)
         if dtype_name != values.dtype.name:
             values = values.astype(dense.dtype)
-        payload = self.codec.encode(values, indices, dense.shape, dense=work, seed=seed)
-        if memory is not None:
-            v, i, shape = decode(payload)
-            memory.update(name, work, densify(v.astype(np.float32), i, shape))
+        if memory is None:
+            payload = self.codec.encode(values, indices, dense.shape, dense=work, seed=seed)
+        else:  # the residual is what receivers will not reconstruct from this payload
+            payload, (v, i) = self.codec.encode(values, indices, dense.shape, dense=work,
+                                                seed=seed, delivered=True)
+            memory.update(name, work, densify(v.astype(np.float32), i, dense.shape))
         frame = (FRAME_MAGIC + self.fingerprint(dense.shape, dtype_name).to_bytes(4, "little")
                  + len(payload).to_bytes(4, "little") + payload)
         self.stats.encode_s += time.perf_counter() - start

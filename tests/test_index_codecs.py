@@ -129,3 +129,17 @@ def test_config_roundtrip():
         dr.SparseCodec(index="nope")
     with pytest.raises(dr.DeepReduceError, match="policy"):
         dr.SparseCodec(index={"id": "bloom", "policy": "p9"})
+
+
+@given(data=sparse_sets(), extra=st.integers(0, 3))
+def test_planned_sizes_are_exact(data, extra):
+    """entropy picks by computed sizes: they must equal the bytes actually written."""
+    from deepreduce_hvd.index.golomb import encode_rice, rice_parameter
+    from deepreduce_hvd.index.gaps import to_gaps
+    from deepreduce_hvd.index.huffman import GapPlan
+    gaps = to_gaps(np.sort(data[1]))
+    plan = GapPlan(gaps, extra)
+    assert plan.nbytes == len(plan.encode())
+    r, nbytes = rice_parameter(gaps)
+    assert nbytes == len(encode_rice(gaps, r))
+    assert all(nbytes <= len(encode_rice(gaps, other)) for other in range(0, 20))

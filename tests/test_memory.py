@@ -68,3 +68,16 @@ def test_frames_detect_mismatch_and_truncation(rng):
         a.decompress(good + b"x", grad.shape, "float32", ranks=1)
     with pytest.raises(dr.DeepReduceError, match="no DeepReduce frame"):
         a.decompress(good, grad.shape, "float32", ranks=2)
+
+
+@pytest.mark.parametrize("index,value", [("entropy", "qsgd"), ("bloom", "raw"),
+                                         ({"id": "bloom", "policy": "conflict"}, "polyfit"),
+                                         ("auto", "auto"), ("golomb", "dexp")])
+def test_delivered_is_what_decode_gives(index, value, rng):
+    dense = rng.standard_normal(20_000).astype(np.float32)
+    values, indices = dr.topk(dense, 0.02)
+    codec = dr.SparseCodec(index=index, value={"id": "qsgd", "seed": 1} if value == "qsgd" else value)
+    payload, (v, i) = codec.encode(values, indices, dense.shape, dense=dense, delivered=True)
+    v2, i2, _ = dr.decode(payload)
+    np.testing.assert_array_equal(i, i2)
+    np.testing.assert_array_equal(v, v2)

@@ -11,5 +11,5 @@ from .entropy import EntropyIndex
 class AutoIndex(IndexCodec):
     codec_id = "auto"
 
-    def candidates(self, have_dense):
+    def candidates(self, have_dense, count=0):
         return [EntropyIndex(), BitmapIndex()]

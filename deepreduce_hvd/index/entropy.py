@@ -9,15 +9,15 @@ One mode byte says which won.
 """
 import numpy as np
 
-from ..bits import pack_bits, unpack_bits
+from ..bits import bit_length, pack_bits, unpack_bits
 from ..codec_base import IndexCodec
 from ..errors import DeepReduceError
 from ..registry import register
 from ..streams import lzma_pack, lzma_unpack
 from ..wire import ByteReader
 from .gaps import check_gap_width, from_gaps, gap_bytes, to_gaps
-from .golomb import decode_rice, encode_rice
-from .huffman import MAX_EXTRA_BITS, decode_gaps, encode_gaps
+from .golomb import decode_rice, encode_rice, rice_parameter
+from .huffman import MAX_EXTRA_BITS, GapPlan, decode_gaps
 
 _HUFFMAN, _RICE, _LZMA_GAPS, _LZMA_BITMAP = 0, 1, 2, 3
 BITMAP_MAX_SPARSITY = 1024  # try the bitmap candidate when size <= 1024 * count
@@ -29,16 +29,24 @@ class EntropyIndex(IndexCodec):
     wire_id = 10
 
     def encode(self, indices, size, dense=None, seed=None):
+        """Exact sizes decide: the gap coders' sizes follow from their code lengths, so only
+        the winner is written out; the LZMA candidates are compressed for real."""
         gaps = to_gaps(indices)
+        r, rice_bytes = rice_parameter(gaps)
+        best = (1 + rice_bytes, lambda: bytes([_RICE]) + encode_rice(gaps, r))
+        length = bit_length(gaps + np.uint64(1))
+        for extra in range(MAX_EXTRA_BITS + 1):
+            plan = GapPlan(gaps, extra, length)
+            if 1 + plan.nbytes < best[0]:
+                best = (1 + plan.nbytes, lambda plan=plan: bytes([_HUFFMAN]) + plan.encode())
         width, data = gap_bytes(gaps)
-        candidates = [bytes([_RICE]) + encode_rice(gaps),
-                      bytes([_LZMA_GAPS, width]) + lzma_pack(data)]
-        candidates += [bytes([_HUFFMAN]) + encode_gaps(gaps, e) for e in range(MAX_EXTRA_BITS + 1)]
+        lzma_bodies = [bytes([_LZMA_GAPS, width]) + lzma_pack(data)]
         if indices.size and size <= BITMAP_MAX_SPARSITY * indices.size:
             bitmap = np.zeros(size, dtype=np.uint8)
             bitmap[indices] = 1
-            candidates.append(bytes([_LZMA_BITMAP]) + lzma_pack(pack_bits(bitmap)))
-        return min(candidates, key=len), indices
+            lzma_bodies.append(bytes([_LZMA_BITMAP]) + lzma_pack(pack_bits(bitmap)))
+        smallest = min(lzma_bodies, key=len)
+        return (smallest if len(smallest) < best[0] else best[1]()), indices
 
     def decode(self, body, size, count):
         reader = ByteReader(body, "entropy indices")

@@ -14,11 +14,15 @@ from .gaps import from_gaps, to_gaps
 
 
 def rice_parameter(gaps):
-    """The Rice parameter that minimises the exact encoded size of these gaps."""
+    """(r, exact body bytes) for the Rice parameter that minimises the encoded size. The
+    size is unimodal in r, so only a window around log2(mean gap) is evaluated."""
     if gaps.size == 0:
-        return 0
-    costs = [int((gaps >> np.uint64(r)).sum()) + gaps.size * r for r in range(0, 40)]
-    return int(np.argmin(costs))
+        return 0, 1
+    centre = int(np.log2(float(gaps.mean()) + 1))
+    costs = {r: int((gaps >> np.uint64(r)).sum()) + gaps.size * (r + 1)
+             for r in range(max(0, centre - 2), min(40, centre + 3))}
+    r = min(costs, key=costs.get)
+    return r, 1 + (costs[r] + 7) // 8
 
 
 def rice_bits(gaps, r):
@@ -45,9 +49,9 @@ def rice_decode(bits, count, r, limit):
     return (quotients.astype(np.uint64) << np.uint64(r)) | remainders
 
 
-def encode_rice(gaps):
+def encode_rice(gaps, r=None):
     """Rice parameter byte, then the packed Rice code of the gaps."""
-    r = rice_parameter(gaps)
+    r = rice_parameter(gaps)[0] if r is None else r
     return bytes([r]) + pack_bits(rice_bits(gaps, r))
 
 

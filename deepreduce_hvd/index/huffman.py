@@ -15,29 +15,35 @@ MAX_EXTRA_BITS = 3
 _MAX_LENGTH = 64
 
 
-def gap_symbols(gaps, extra_bits):
-    """gap -> (symbol, raw low bits, their width). v = gap + 1 = 1 top... low."""
-    v = gaps + np.uint64(1)
-    length = bit_length(v)
-    width = np.maximum(length - 1 - extra_bits, 0)
-    top = (v - (np.uint64(1) << (length - 1).astype(np.uint64))) >> width.astype(np.uint64)
-    symbols = (length << extra_bits) + top.astype(np.int64)
-    low = v & ((np.uint64(1) << width.astype(np.uint64)) - np.uint64(1))
-    return symbols, low, width
+class GapPlan:
+    """A Huffman gap encoding worked out but not yet written; `nbytes` is its exact size."""
 
+    def __init__(self, gaps, extra_bits, length=None):
+        v = gaps + np.uint64(1)
+        length = bit_length(v) if length is None else length
+        self.extra_bits = extra_bits
+        self.width = np.maximum(length - 1 - extra_bits, 0)
+        shift = self.width.astype(np.uint64)
+        top = (v - (np.uint64(1) << (length - 1).astype(np.uint64))) >> shift
+        self.symbols = (length << extra_bits) + top.astype(np.int64)
+        self.low = v & ((np.uint64(1) << shift) - np.uint64(1))
+        counts = np.bincount(self.symbols, minlength=1)
+        self.lengths = huffman.code_lengths(counts)
+        self.head = ByteWriter().u8(extra_bits)
+        huffman.write_table(self.head, self.lengths)
+        self.head = self.head.getvalue()
+        nbits = int(counts @ self.lengths[:counts.size]) + int(self.width.sum())
+        self.nbytes = len(self.head) + (nbits + 7) // 8
 
-def encode_gaps(gaps, extra_bits):
-    """Body for the gaps: extra_bits u8, Huffman table, then one bit stream (codes, raw bits)."""
-    symbols, low, width = gap_symbols(gaps, extra_bits)
-    lengths = huffman.code_lengths(np.bincount(symbols, minlength=1))
-    out = ByteWriter().u8(extra_bits)
-    huffman.write_table(out, lengths)
-    bits = np.concatenate((huffman.encode(symbols, lengths), fields_to_bits(low, width)))
-    return out.raw(pack_bits(bits)).getvalue()
+    def encode(self):
+        """Body: extra_bits u8, Huffman table, then one bit stream (codes, then raw bits)."""
+        bits = np.concatenate((huffman.encode(self.symbols, self.lengths),
+                               fields_to_bits(self.low, self.width)))
+        return self.head + pack_bits(bits)
 
 
 def decode_gaps(reader, count):
-    """Inverse of encode_gaps on the rest of reader."""
+    """Inverse of GapPlan.encode on the rest of reader."""
     extra_bits = reader.u8()
     if extra_bits > MAX_EXTRA_BITS:
         raise DeepReduceError(f"huffman: bad extra bit count {extra_bits}")
@@ -69,7 +75,7 @@ class HuffmanIndex(IndexCodec):
         self.extra_bits = extra_bits
 
     def encode(self, indices, size, dense=None, seed=None):
-        return encode_gaps(to_gaps(indices), self.extra_bits), indices
+        return GapPlan(to_gaps(indices), self.extra_bits).encode(), indices
 
     def decode(self, body, size, count):
         return from_gaps(decode_gaps(ByteReader(body, "huffman indices"), count), size)

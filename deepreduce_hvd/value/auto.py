@@ -16,6 +16,9 @@ from .qsgd import QsgdValue
 from .raw import RawValue
 
 
+LARGE = 1 << 20
+
+
 @register("value")
 class AutoValue(ValueCodec):
     codec_id = "auto"
@@ -27,12 +30,17 @@ class AutoValue(ValueCodec):
             raise DeepReduceError(f"max_error must be in [0, 1), not {max_error!r}")
         self.max_error = max_error
 
-    def candidates(self, have_dense):
+    def candidates(self, have_dense, count=0):
+        """Exact raw always; elementwise and quantising codecs within the bound; the fitting
+        codecs only below LARGE values, where sorting and rank search stay cheap."""
         exact = [RawValue()]
         if not self.max_error:
             return exact
-        return exact + [Fp16Value(), Bf16Value(), EntropyValue(max_error=0.8 * self.max_error),
-                        QsgdValue(), PolyfitValue(), DexpValue()]
+        cheap = [Fp16Value(), Bf16Value(), QsgdValue()]
+        if count > LARGE:
+            return exact + cheap
+        return exact + cheap + [EntropyValue(max_error=0.8 * self.max_error), PolyfitValue(),
+                                DexpValue()]
 
     def accepts(self, values, codec, body, layout, extra):
         if codec.lossless:
