@@ -7,7 +7,8 @@ VALUE ?= entropy
 DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
-.PHONY: setup test demo bench bench-codecs bench-bloom capture clean
+.PHONY: setup test demo bench bench-codecs bench-bloom bench-topk bench-e2e bench-convergence \
+	capture clean
 
 setup:
 	bash scripts/setup_env.sh
@@ -24,13 +25,23 @@ $(GRADIENTS): | setup
 
 capture: $(GRADIENTS)
 
-bench: bench-codecs bench-bloom
+bench: bench-codecs bench-bloom bench-topk
 
 bench-codecs: setup $(GRADIENTS)
 	$(PY) -m deepreduce_hvd.bench codecs --gradients $(GRADIENTS) --density $(DENSITY)
 
 bench-bloom: setup
 	$(PY) -m deepreduce_hvd.bench bloom --size 25000000 --density $(DENSITY)
+
+bench-topk: setup
+	$(PY) -m deepreduce_hvd.bench topk --size 25000000 --density $(DENSITY)
+
+# as root: 2-rank jobs in a network namespace shaped to 1 Gbit/s and 100 Mbit/s (QUICK=1: < 5 min)
+bench-e2e: setup
+	$(PY) scripts/bench_e2e.py network $(if $(QUICK),--quick)
+
+bench-convergence: setup
+	$(PY) scripts/bench_e2e.py convergence $(if $(QUICK),--quick)
 
 clean:
 	rm -rf build *.egg-info deepreduce_hvd/*.so .pytest_cache

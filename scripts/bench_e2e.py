@@ -1,0 +1,195 @@
+"""End-to-end benchmarks: step time on a throttled network, and convergence, side by side.
+
+    python scripts/bench_e2e.py network [--quick]       (as root: makes a network namespace)
+    python scripts/bench_e2e.py convergence [--quick]
+
+network: for each link rate, a namespace whose loopback is shaped by tc (tbf, mtu 1500) runs
+2-rank horovodrun jobs of torch/bench_step.py for every workload and configuration; the
+namespace is removed afterwards, also on failure or Ctrl-C. convergence: every configuration
+trains the digits CNN and the LSTM language model for the same budget. Both write JSON, a
+markdown table and a PNG into docs/.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PY = sys.executable
+HOROVODRUN = str(Path(PY).parent / "horovodrun")
+NAMESPACE = "deepreduce-bench"
+
+CONFIGS = {
+    "dense fp32": ["--compression", "none"],
+    "fp16": ["--compression", "fp16"],
+    "top-k raw pairs": ["--compression", "deepreduce", "--index", "raw", "--value", "raw"],
+    "bloom+qsgd": ["--compression", "deepreduce", "--index", "bloom", "--value", "qsgd"],
+    "entropy+qsgd": ["--compression", "deepreduce", "--index", "entropy", "--value", "qsgd"],
+    "golomb+qsgd": ["--compression", "deepreduce", "--index", "golomb", "--value", "qsgd"],
+    "bloom+polyfit": ["--compression", "deepreduce", "--index", "bloom", "--value", "polyfit"],
+    "auto": ["--compression", "deepreduce", "--index", "auto", "--value", "auto"],
+}
+QUICK_CONFIGS = ["dense fp32", "fp16", "top-k raw pairs", "golomb+qsgd", "bloom+qsgd"]
+WORKLOADS = {"digits CNN": ["--workload", "cnn"], "wide MLP": ["--workload", "mlp"],
+             "LSTM LM": ["--workload", "lstm", "--sparsifier", "threshold"]}
+LINKS = {"1 Gbit/s": "1gbit", "100 Mbit/s": "100mbit"}
+
+
+def run(cmd, timeout, netns=False):
+    if netns:
+        cmd = ["ip", "netns", "exec", NAMESPACE, *cmd]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-3000:]}")
+    return proc.stdout
+
+
+def shaped_namespace(rate):
+    """(Re)create the namespace with loopback shaped to `rate`."""
+    remove_namespace()
+    for cmd in (["ip", "netns", "add", NAMESPACE],
+                ["ip", "netns", "exec", NAMESPACE, "ip", "link", "set", "lo", "mtu", "1500", "up"],
+                ["ip", "netns", "exec", NAMESPACE, "tc", "qdisc", "add", "dev", "lo", "root",
+                 "tbf", "rate", rate, "burst", "256kb", "latency", "50ms"]):
+        subprocess.run(cmd, check=True)
+
+
+def remove_namespace():
+    subprocess.run(["ip", "netns", "delete", NAMESPACE], stderr=subprocess.DEVNULL)
+
+
+def horovod(script, args, timeout, netns=False):
+    return run([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", PY,
+                str(ROOT / "torch" / script), *map(str, args)], timeout, netns)
+
+
+def network(quick):
+    if os.geteuid() != 0:
+        sys.exit("bench-e2e needs root (it creates a network namespace and a tc qdisc)")
+    configs = QUICK_CONFIGS if quick else list(CONFIGS)
+    workloads = ["wide MLP"] if quick else list(WORKLOADS)
+    steps, warmup = (5, 2) if quick else (10, 3)
+    results = []
+    try:
+        for link, rate in LINKS.items():
+            shaped_namespace(rate)
+            for workload in workloads:
+                for config in configs:
+                    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                        horovod("bench_step.py", [*WORKLOADS[workload], *CONFIGS[config],
+                                                  "--steps", steps, "--warmup", warmup,
+                                                  "--json", out.name], timeout=900, netns=True)
+                        result = json.load(open(out.name))
+                    results.append({"link": link, "workload": workload, "config": config, **result})
+                    print(f"{link:>11} | {workload:<10} | {config:<15} | "
+                          f"{result['median_step_s'] * 1e3:8.1f} ms/step | "
+                          f"{result['bytes_per_step'] / 1e6:8.3f} MB/step", flush=True)
+    finally:
+        remove_namespace()
+    report_network(results, quick)
+
+
+def ratio_rows(results):
+    """Each result with its speed-up over dense fp32 and over top-k raw pairs."""
+    base = {(r["link"], r["workload"], r["config"]): r for r in results}
+    for r in results:
+        dense = base.get((r["link"], r["workload"], "dense fp32"))
+        topk = base.get((r["link"], r["workload"], "top-k raw pairs"))
+        r["speedup_vs_dense"] = dense["median_step_s"] / r["median_step_s"] if dense else None
+        r["speedup_vs_topk_raw"] = topk["median_step_s"] / r["median_step_s"] if topk else None
+    return results
+
+
+def report_network(results, quick):
+    results = ratio_rows(results)
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / "e2e.json").write_text(json.dumps({"quick": quick, "results": results}, indent=1))
+    fmt = lambda x: "–" if x is None else f"{x:.2f}x"  # noqa: E731
+    lines = ["| link | workload | configuration | median step | MB sent/step/rank | vs dense fp32 "
+             "| vs top-k raw pairs |", "|---|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['link']} | {r['workload']} | {r['config']} | {r['median_step_s'] * 1e3:.0f} ms "
+              f"| {r['bytes_per_step'] / 1e6:.3f} | {fmt(r['speedup_vs_dense'])} | "
+              f"{fmt(r['speedup_vs_topk_raw'])} |" for r in results]
+    (DOCS / "e2e.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = sorted({(r["workload"], r["link"]) for r in results})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), squeeze=False)
+    for ax, (workload, link) in zip(axes[0], panels):
+        rows = [r for r in results if r["workload"] == workload and r["link"] == link]
+        ax.barh([r["config"] for r in rows], [1e3 * r["median_step_s"] for r in rows])
+        ax.set_title(f"{workload}, {link}")
+        ax.set_xlabel("median step time (ms)")
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(DOCS / "e2e_step_time.png", dpi=110)
+
+
+def convergence(quick):
+    configs = ["dense fp32", "top-k raw pairs", "entropy+qsgd"] if quick else list(CONFIGS)
+    epochs_cnn, epochs_lm = (4, 2) if quick else (10, 5)
+    curves = {"digits CNN": {}, "LSTM LM": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for config in configs:
+            out = Path(tmp) / "history.json"
+            horovod("train_digits.py", ["--no-progress", "--epochs", epochs_cnn, "--json", out,
+                                        *CONFIGS[config]], timeout=1800)
+            curves["digits CNN"][config] = json.loads(out.read_text())["history"]
+            if not quick:
+                horovod("train_lm.py", ["--epochs", epochs_lm, "--steps-per-epoch", 40,
+                                        "--json", out, *CONFIGS[config]], timeout=1800)
+                curves["LSTM LM"][config] = json.loads(out.read_text())["history"]
+            print(f"{config}: done", flush=True)
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / "convergence.json").write_text(json.dumps({"quick": quick, "curves": curves}, indent=1))
+    lines = ["| configuration | digits test accuracy | vs dense | LSTM val. perplexity | vs dense |"
+             " MB sent (digits) |", "|---|---:|---:|---:|---:|---:|"]
+    cnn, lm = curves["digits CNN"], curves["LSTM LM"]
+    for config in configs:
+        acc = cnn[config][-1]["test_accuracy"]
+        d_acc = acc - cnn["dense fp32"][-1]["test_accuracy"]
+        ppl = lm[config][-1]["val_perplexity"] if config in lm else None
+        d_ppl = ppl / lm["dense fp32"][-1]["val_perplexity"] - 1 if ppl else None
+        lines.append(f"| {config} | {acc:.4f} | {d_acc:+.4f} | "
+                     f"{'–' if ppl is None else f'{ppl:.1f}'} | "
+                     f"{'–' if d_ppl is None else f'{100 * d_ppl:+.1f}%'} | "
+                     f"{cnn[config][-1]['mb_sent']:.1f} |")
+    (DOCS / "convergence.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for config, history in cnn.items():
+        axes[0].plot([h["epoch"] for h in history], [h["test_accuracy"] for h in history],
+                     marker="o", label=config)
+    for config, history in lm.items():
+        axes[1].plot([h["epoch"] for h in history], [h["val_perplexity"] for h in history],
+                     marker="o", label=config)
+    axes[0].set(title="digits CNN", xlabel="epoch", ylabel="test accuracy")
+    axes[1].set(title="LSTM LM (Python stdlib)", xlabel="epoch", ylabel="validation perplexity")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "convergence.png", dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["network", "convergence"])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    (network if args.what == "network" else convergence)(args.quick)
+
+
+if __name__ == "__main__":
+    main()
