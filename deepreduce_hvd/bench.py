@@ -44,6 +44,15 @@ def load_gradients(path, min_size):
                 if data[name].size >= min_size}
 
 
+def timed_roundtrip(codec, g, values, indices):
+    """(payload, decoded values, decoded indices, encode s, decode s)."""
+    t0 = time.perf_counter()
+    payload = codec.encode(values, indices, g.shape, dense=g)
+    t1 = time.perf_counter()
+    v2, i2, _ = decode(payload)
+    return payload, v2, i2, t1 - t0, time.perf_counter() - t1
+
+
 def bench_index_codecs(gradients, density, rows=INDEX_ROWS):
     sparse = {name: (g, *topk(g, density)) for name, g in gradients.items()}
     selected = sum(idx.size for _, _, idx in sparse.values())
@@ -54,12 +63,8 @@ def bench_index_codecs(gradients, density, rows=INDEX_ROWS):
         nbytes = encode_s = decode_s = 0.0
         exact = True
         for g, values, indices in sparse.values():
-            t0 = time.perf_counter()
-            payload = codec.encode(values, indices, g.shape, dense=g)
-            t1 = time.perf_counter()
-            v2, i2, _ = decode(payload)
-            t2 = time.perf_counter()
-            encode_s, decode_s = encode_s + t1 - t0, decode_s + t2 - t1
+            payload, v2, i2, enc, dec = timed_roundtrip(codec, g, values, indices)
+            encode_s, decode_s = encode_s + enc, decode_s + dec
             nbytes += len(payload) - 4 * indices.size
             exact &= bool(np.isin(indices, i2).all() and np.array_equal(v2, g.ravel()[i2]))
         name = config if isinstance(config, str) else f"{config['id']}-{config['policy']}"
@@ -74,7 +79,7 @@ def print_index_table(report):
     print(f"{report['tensors']} tensors, {report['selected']:,} selected elements at density "
           f"{report['density']}; uniform-subset bound log2 C(N,k)/k = "
           f"{report['uniform_bound_bits']:.2f} bits")
-    print(f"| index codec | bits/index | encode ms | decode ms | lossless | exact |")
+    print("| index codec | bits/index | encode ms | decode ms | lossless | exact |")
     print("|---|---:|---:|---:|---|---|")
     for row in report["rows"]:
         print(f"| {row['index']} | {row['bits_per_index']:.2f} | {row['encode_ms']:.1f} | "
@@ -90,12 +95,8 @@ def bench_pipelines(gradients, density, names=tuple(PIPELINES)):
         codec = SparseCodec(index=index, value=value)
         nbytes = encode_s = decode_s = err2 = ref2 = 0.0
         for g, values, indices in sparse.values():
-            t0 = time.perf_counter()
-            payload = codec.encode(values, indices, g.shape, dense=g)
-            t1 = time.perf_counter()
-            v2, i2, _ = decode(payload)
-            t2 = time.perf_counter()
-            encode_s, decode_s, nbytes = encode_s + t1 - t0, decode_s + t2 - t1, nbytes + len(payload)
+            payload, v2, i2, enc, dec = timed_roundtrip(codec, g, values, indices)
+            encode_s, decode_s, nbytes = encode_s + enc, decode_s + dec, nbytes + len(payload)
             sent = np.union1d(indices, i2)
             got = np.zeros(g.size, np.float64)
             got[i2] = v2

@@ -131,15 +131,15 @@ class SparseCodec:
         code, shape = prefix
         try:
             value_body, sort_order = value_codec.encode(values)
+            layout, extra = arrangement.choose(values, sort_order, value_codec, value_body,
+                                               self.arrangement)
+            if self.value.codec_id == "auto" and not self.value.accepts(
+                    values, value_codec, value_body, layout, extra):
+                return best
         except DeepReduceError:
             if value_codec is self.value:
                 raise
             return best  # an "auto" candidate that cannot take these values
-        layout, extra = arrangement.choose(values, sort_order, value_codec, value_body,
-                                           self.arrangement)
-        if self.value.codec_id == "auto" and not self.value.accepts(
-                values, value_codec, value_body, layout, extra):
-            return best
         body = ByteWriter().u8(code).u8(layout).varint(len(shape))
         for dim in shape:
             body.varint(dim)

@@ -153,3 +153,24 @@ class Pipeline:
         self.stats.tensors_passed_through += 1
         self.stats.bytes_sent += size * itemsize
         self.stats.dense_bytes += size * 4
+
+
+class PipelineOwner:
+    """What the framework wrappers share: a Pipeline built from their keyword arguments, and
+    its stats.
+
+    Arguments are those of `Pipeline`: sparsifier ("topk", "randomk", "threshold", "none"),
+    ratio, threshold, index, value, arrangement, memory (None or "residual"), min_size
+    (default 1000 elements), seed.
+    """
+
+    def __init__(self, **config):
+        self.pipeline = Pipeline(**config)
+
+    def stats(self):
+        """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_passed_through,
+        encode_s, decode_s (this rank, since the last reset)."""
+        return self.pipeline.stats.as_dict()
+
+    def reset_stats(self):
+        self.pipeline.stats.reset()

@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from .compressor import Pipeline
+from .compressor import PipelineOwner
 
 
 def _given_name():
@@ -54,16 +54,9 @@ def allreduce_gradients(gradients, variables, compression, op=hvd.Average):
             for g, v in zip(gradients, variables)]
 
 
-class DeepReduce(Compressor):
-    """Sparsify, encode and allgather gradients; see the module docstring.
-
-    Arguments are those of `deepreduce_hvd.Pipeline`: sparsifier ("topk", "randomk",
-    "threshold", "none"), ratio, threshold, index, value, arrangement, memory (None or
-    "residual"), min_size (default 1000 elements), seed.
-    """
-
-    def __init__(self, **config):
-        self.pipeline = Pipeline(**config)
+class DeepReduce(PipelineOwner, Compressor):
+    """Sparsify, encode and allgather gradients; see the module docstring. Keyword arguments
+    configure the `deepreduce_hvd.Pipeline` (sparsifier, ratio, index, value, memory, ...)."""
 
     def compress(self, tensor):
         size = tensor.shape.num_elements()
@@ -107,11 +100,3 @@ class DeepReduce(Compressor):
             return np.int32(0)
 
         tf.numpy_function(count, [], tf.int32, stateful=True)  # runs each step (stateful op)
-
-    def stats(self):
-        """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_passed_through,
-        encode_s, decode_s (this rank, since the last reset)."""
-        return self.pipeline.stats.as_dict()
-
-    def reset_stats(self):
-        self.pipeline.stats.reset()

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from horovod.torch.compression import Compressor
 
-from .compressor import Pipeline
+from .compressor import PipelineOwner
 
 
 def _collective_name():
@@ -61,16 +61,9 @@ class _Pending:
         self.device, self.dtype_name = tensor.device, dtype_name
 
 
-class DeepReduce(Compressor):
-    """Sparsify, encode and allgather gradients; see the module docstring.
-
-    Arguments are those of `deepreduce_hvd.Pipeline`: sparsifier ("topk", "randomk",
-    "threshold", "none"), ratio, threshold, index, value, arrangement, memory (None or
-    "residual"), min_size (default 1000 elements), seed.
-    """
-
-    def __init__(self, **config):
-        self.pipeline = Pipeline(**config)
+class DeepReduce(PipelineOwner, Compressor):
+    """Sparsify, encode and allgather gradients; see the module docstring. Keyword arguments
+    configure the `deepreduce_hvd.Pipeline` (sparsifier, ratio, index, value, memory, ...)."""
 
     def compress(self, tensor):
         if (tensor.is_sparse or not tensor.dtype.is_floating_point
@@ -94,11 +87,3 @@ class DeepReduce(Compressor):
         total = self.pipeline.decompress(gathered.numpy(), ctx.shape, ctx.dtype_name, hvd.size())
         total *= np.float32(tensor.item())
         return torch.from_numpy(total).to(device=ctx.device, dtype=ctx.dtype)
-
-    def stats(self):
-        """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_passed_through,
-        encode_s, decode_s (this rank, since the last reset)."""
-        return self.pipeline.stats.as_dict()
-
-    def reset_stats(self):
-        self.pipeline.stats.reset()

@@ -82,11 +82,7 @@ def network(quick):
             shaped_namespace(rate)
             for workload in workloads:
                 for config in configs:
-                    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                        horovod("bench_step.py", [*WORKLOADS[workload], *CONFIGS[config],
-                                                  "--steps", steps, "--warmup", warmup,
-                                                  "--json", out.name], timeout=900, netns=True)
-                        result = json.load(open(out.name))
+                    result = step_time(workload, config, steps, warmup)
                     results.append({"link": link, "workload": workload, "config": config, **result})
                     print(f"{link:>11} | {workload:<10} | {config:<15} | "
                           f"{result['median_step_s'] * 1e3:8.1f} ms/step | "
@@ -94,6 +90,20 @@ def network(quick):
     finally:
         remove_namespace()
     report_network(results, quick)
+
+
+def step_time(workload, config, steps, warmup, tries=2):
+    """bench_step.py's result; a failed run is retried once, then reported, not fatal."""
+    for attempt in range(tries):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            try:
+                horovod("bench_step.py", [*WORKLOADS[workload], *CONFIGS[config], "--steps", steps,
+                                          "--warmup", warmup, "--json", out.name],
+                        timeout=900, netns=True)
+                return json.load(open(out.name))
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"run failed (try {attempt + 1}): {str(exc)[:2000]}", flush=True)
+    return {"median_step_s": float("nan"), "bytes_per_step": float("nan"), "failed": True}
 
 
 def ratio_rows(results):
@@ -136,7 +146,7 @@ def report_network(results, quick):
 
 def convergence(quick):
     configs = ["dense fp32", "top-k raw pairs", "entropy+qsgd"] if quick else list(CONFIGS)
-    epochs_cnn, epochs_lm = (4, 2) if quick else (10, 5)
+    epochs_cnn, epochs_lm = (4, 2) if quick else (8, 3)
     curves = {"digits CNN": {}, "LSTM LM": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for config in configs:
@@ -145,7 +155,7 @@ def convergence(quick):
                                         *CONFIGS[config]], timeout=1800)
             curves["digits CNN"][config] = json.loads(out.read_text())["history"]
             if not quick:
-                horovod("train_lm.py", ["--epochs", epochs_lm, "--steps-per-epoch", 40,
+                horovod("train_lm.py", ["--epochs", epochs_lm, "--steps-per-epoch", 30,
                                         "--json", out, *CONFIGS[config]], timeout=1800)
                 curves["LSTM LM"][config] = json.loads(out.read_text())["history"]
             print(f"{config}: done", flush=True)

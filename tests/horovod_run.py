@@ -1,4 +1,5 @@
 """Launch a worker script on 2 real Horovod ranks over Gloo, with a time limit."""
+import json
 import os
 import subprocess
 import sys
@@ -23,3 +24,20 @@ def horovodrun(script, *args, np_=2, timeout=300, env=None):
 def results(proc):
     """The RESULT lines a worker printed (rank-prefixed by horovodrun)."""
     return [line.split("RESULT ", 1)[1] for line in proc.stdout.splitlines() if "RESULT " in line]
+
+
+def train_history(script, tmp_path, tag, *args, epochs):
+    """Run a training job (torch/ or tf/ train_digits.py) and return rank 0's history."""
+    out = tmp_path / f"{tag}.json"
+    proc = horovodrun(ROOT / script, "--no-progress", "--epochs", epochs, "--json", out, *args,
+                      timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return json.loads(out.read_text())["history"]
+
+
+def assert_accuracy_close(dense, sparse, points=0.02):
+    """Best of the last three epochs within `points` of dense, and far fewer bytes sent."""
+    best_dense = max(e["test_accuracy"] for e in dense[-3:])
+    best_sparse = max(e["test_accuracy"] for e in sparse[-3:])
+    assert best_sparse >= best_dense - points, (dense[-3:], sparse[-3:])
+    assert sparse[-1]["mb_sent"] < sparse[-1]["mb_dense"] / 5

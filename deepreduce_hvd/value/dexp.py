@@ -49,7 +49,8 @@ class DexpValue(ValueCodec):
         out = ByteWriter().varint(runs[0].size)
         for run in runs:
             params = np.array(fit_double_exponential(unit_grid(run.size), run), dtype="<f4")
-            if not np.isfinite(params).all():
+            curve = eval_double_exponential(params.astype(np.float64), run.size)
+            if not (np.isfinite(params).all() and np.isfinite(curve).all()):
                 params = np.array([run.mean() if run.size else 0.0, 0, 0, 0], dtype="<f4")
             out.raw(params.tobytes())
         return out.getvalue(), order

@@ -53,7 +53,7 @@ class PolyfitValue(ValueCodec):
 
     def __init__(self, degree=5, segments=8):
         if degree not in range(0, 16) or not isinstance(segments, int) or segments < 1:
-            raise DeepReduceError(f"polyfit needs 0 <= degree <= 15 and segments >= 1")
+            raise DeepReduceError("polyfit needs 0 <= degree <= 15 and segments >= 1")
         self.degree, self.segments = degree, segments
 
     def encode(self, values):

@@ -2,7 +2,6 @@
 
 Each check raises on failure; every rank prints "RESULT <check> ok" when it passes.
 """
-import os
 import sys
 
 import numpy as np
