@@ -26,7 +26,6 @@ class Codec:
 
 class IndexCodec(Codec):
     """Encodes a sorted, unique set of flat positions in [0, size)."""
-    needs_dense = False
 
     def encode(self, indices, size, dense=None, seed=None):
         """-> (body bytes, positions the receiver will decode, in the order values follow).

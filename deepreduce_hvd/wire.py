@@ -18,14 +18,6 @@ class ByteWriter:
         self._parts.append(struct.pack("<B", value))
         return self
 
-    def u32(self, value):
-        self._parts.append(struct.pack("<I", value))
-        return self
-
-    def f64(self, value):
-        self._parts.append(struct.pack("<d", value))
-        return self
-
     def varint(self, value):
         value = int(value)
         if value < 0:
@@ -78,9 +70,6 @@ class ByteReader:
 
     def u32(self):
         return struct.unpack("<I", self._take(4))[0]
-
-    def f64(self):
-        return struct.unpack("<d", self._take(8))[0]
 
     def varint(self, limit=None):
         value = shift = 0

@@ -132,9 +132,11 @@ def report_network(results, quick):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    panels = sorted({(r["workload"], r["link"]) for r in results})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), squeeze=False)
-    for ax, (workload, link) in zip(axes[0], panels):
+    links = list(dict.fromkeys(r["link"] for r in results))
+    workloads = list(dict.fromkeys(r["workload"] for r in results))
+    fig, axes = plt.subplots(len(links), len(workloads), squeeze=False,
+                             figsize=(4.5 * len(workloads), 3.2 * len(links)))
+    for ax, (link, workload) in zip(axes.ravel(), [(l, w) for l in links for w in workloads]):
         rows = [r for r in results if r["workload"] == workload and r["link"] == link]
         ax.barh([r["config"] for r in rows], [1e3 * r["median_step_s"] for r in rows])
         ax.set_title(f"{workload}, {link}")
@@ -195,10 +197,15 @@ def convergence(quick):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["network", "convergence"])
+    parser.add_argument("what", choices=["network", "convergence", "network-report"],
+                        help="network-report: redraw docs/e2e.md and the PNG from docs/e2e.json")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    (network if args.what == "network" else convergence)(args.quick)
+    if args.what == "network-report":
+        saved = json.loads((DOCS / "e2e.json").read_text())
+        report_network(saved["results"], saved["quick"])
+    else:
+        (network if args.what == "network" else convergence)(args.quick)
 
 
 if __name__ == "__main__":

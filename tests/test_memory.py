@@ -81,3 +81,24 @@ def test_delivered_is_what_decode_gives(index, value, rng):
     v2, i2, _ = dr.decode(payload)
     np.testing.assert_array_equal(i, i2)
     np.testing.assert_array_equal(v, v2)
+
+
+def test_randomk_with_seeded_index_sends_only_values(rng):
+    grad = rng.standard_normal(100_000).astype(np.float32)
+    pipeline = dr.Pipeline(sparsifier="randomk", ratio=0.01, index="seeded")
+    frame = pipeline.compress("w", grad)
+    assert len(frame) < 4 * 1000 + 64  # 1000 float32 values and headers, no index bytes
+    got = pipeline.decompress(frame, grad.shape, "float32", ranks=1)
+    selected = np.flatnonzero(got)
+    assert selected.size == 1000
+    np.testing.assert_array_equal(got[selected], grad[selected])
+    second = pipeline.compress("w", grad)  # a new seed each step: other positions
+    assert set(np.flatnonzero(pipeline.decompress(second, grad.shape, "float32", 1))) != set(selected)
+
+
+def test_threshold_zero_sends_exactly_the_nonzeros(rng):
+    grad = np.zeros((300, 40), np.float32)
+    grad[rng.choice(300, 20, replace=False)] = rng.standard_normal((20, 40))
+    pipeline = dr.Pipeline(sparsifier="threshold", threshold=0.0, index="entropy")
+    got = pipeline.decompress(pipeline.compress("emb", grad), grad.shape, "float32", ranks=1)
+    np.testing.assert_array_equal(got, grad)

@@ -31,7 +31,6 @@ class BloomIndex(IndexCodec):
     codec_id = "bloom"
     wire_id = 9
     params = ("policy", "fpr", "seed")
-    needs_dense = True
 
     def __init__(self, policy="p0", fpr=None, seed=0):
         if policy not in POLICIES:

@@ -14,7 +14,6 @@ from ..registry import register
 class DenseIndex(IndexCodec):
     codec_id = "dense"
     wire_id = 11
-    needs_dense = True
 
     def encode(self, indices, size, dense=None, seed=None):
         if indices.size == size:
