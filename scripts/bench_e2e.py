@@ -163,6 +163,10 @@ def convergence(quick):
             print(f"{config}: done", flush=True)
     DOCS.mkdir(exist_ok=True)
     (DOCS / "convergence.json").write_text(json.dumps({"quick": quick, "curves": curves}, indent=1))
+    report_convergence(curves, configs)
+
+
+def report_convergence(curves, configs):
     lines = ["| configuration | digits test accuracy | vs dense | LSTM val. perplexity | vs dense |"
              " MB sent (digits) |", "|---|---:|---:|---:|---:|---:|"]
     cnn, lm = curves["digits CNN"], curves["LSTM LM"]
@@ -197,13 +201,17 @@ def convergence(quick):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["network", "convergence", "network-report"],
-                        help="network-report: redraw docs/e2e.md and the PNG from docs/e2e.json")
+    parser.add_argument("what", choices=["network", "convergence", "network-report",
+                                         "convergence-report"],
+                        help="*-report: redraw the markdown and PNG from the saved JSON")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.what == "network-report":
         saved = json.loads((DOCS / "e2e.json").read_text())
         report_network(saved["results"], saved["quick"])
+    elif args.what == "convergence-report":
+        curves = json.loads((DOCS / "convergence.json").read_text())["curves"]
+        report_convergence(curves, list(curves["digits CNN"]))
     else:
         (network if args.what == "network" else convergence)(args.quick)
 

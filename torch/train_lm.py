@@ -71,7 +71,6 @@ def main():
             opt.zero_grad()
             loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
             losses.append(loss.item())
         steps = epoch * args.steps_per_epoch
