@@ -9,7 +9,6 @@ Rank 0 shows a progress bar and prints, per epoch, the training loss, test accur
 megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries.
 """
 import argparse
-import json
 import os
 import time
 
@@ -23,6 +22,7 @@ import tf_keras as keras  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from deepreduce_hvd.history import History  # noqa: E402
 from deepreduce_hvd.tensorflow import DeepReduce  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def main():
     dense_per_step = 4 * sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     steps_per_epoch = len(y_train) // args.batch_size
     generator = np.random.default_rng(args.seed + hvd.rank())
-    history, steps = [], 0
+    history, steps = History(hvd.rank(), args.json, vars(args)), 0
     for epoch in range(1, args.epochs + 1):
         order = generator.permutation(len(y_train))
         bar = tqdm(range(steps_per_epoch), desc=f"epoch {epoch}/{args.epochs}", leave=False,
@@ -117,18 +117,10 @@ def main():
             dense = dense_per_step * steps
             sent = dense // 2 if compression is hvd.Compression.fp16 else dense
         accuracy = float(np.mean(np.argmax(model(x_test, training=False), 1) == y_test))
-        record = {"epoch": epoch, "loss": float(hvd.allreduce(tf.constant(np.mean(losses)))),
-                  "test_accuracy": accuracy, "mb_sent": sent / 1e6, "mb_dense": dense / 1e6,
-                  "epoch_s": time.perf_counter() - start}
-        history.append(record)
-        if hvd.rank() == 0:
-            print(f"epoch {epoch:3d}  loss {record['loss']:.4f}  test acc {accuracy:.4f}"
-                  f"  sent {record['mb_sent']:.2f} MB of {record['mb_dense']:.2f} MB dense "
-                  f"({record['mb_dense'] / max(record['mb_sent'], 1e-12):.1f}x)  "
-                  f"{record['epoch_s']:.1f} s", flush=True)
-    if hvd.rank() == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "history": history}, f, indent=1)
+        loss = float(hvd.allreduce(tf.constant(np.mean(losses))))
+        history.add(epoch, {"loss": loss, "test_accuracy": accuracy}, sent, dense,
+                    time.perf_counter() - start)
+    history.save()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Rank 0 shows a progress bar and prints, per epoch, the training loss, test accur
 megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries.
 """
 import argparse
-import json
 import time
 
 import horovod.torch as hvd
@@ -16,6 +15,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from deepreduce_hvd.history import History
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
 
@@ -81,7 +81,7 @@ def main():
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
     steps_per_epoch = len(y_train) // args.batch_size
-    history, steps = [], 0
+    history, steps = History(hvd.rank(), args.json, vars(args)), 0
     generator = torch.Generator().manual_seed(args.seed + hvd.rank())
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(y_train), generator=generator)
@@ -97,20 +97,10 @@ def main():
             losses.append(loss.item())
             bar.set_postfix(loss=f"{loss.item():.3f}")
         steps += steps_per_epoch
-        sent, dense = sent_bytes(compression, model, steps)
-        record = {"epoch": epoch, "loss": hvd.allreduce(torch.tensor(sum(losses) / len(losses)),
-                                                         name=f"loss.{epoch}").item(),
-                  "test_accuracy": evaluate(model, x_test, y_test), "mb_sent": sent / 1e6,
-                  "mb_dense": dense / 1e6, "epoch_s": time.perf_counter() - start}
-        history.append(record)
-        if hvd.rank() == 0:
-            print(f"epoch {epoch:3d}  loss {record['loss']:.4f}  test acc {record['test_accuracy']:.4f}"
-                  f"  sent {record['mb_sent']:.2f} MB of {record['mb_dense']:.2f} MB dense "
-                  f"({record['mb_dense'] / max(record['mb_sent'], 1e-12):.1f}x)  "
-                  f"{record['epoch_s']:.1f} s", flush=True)
-    if hvd.rank() == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "history": history}, f, indent=1)
+        loss = hvd.allreduce(torch.tensor(sum(losses) / len(losses)), name=f"loss.{epoch}").item()
+        history.add(epoch, {"loss": loss, "test_accuracy": evaluate(model, x_test, y_test)},
+                    *sent_bytes(compression, model, steps), time.perf_counter() - start)
+    history.save()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ default sparsifier is threshold 0 (every non-zero is sent, nothing else).
 Rank 0 prints, per epoch, the training loss, validation perplexity and megabytes sent.
 """
 import argparse
-import json
 import math
 import time
 
@@ -15,6 +14,7 @@ import horovod.torch as hvd
 import torch
 from torch.nn import functional as F
 
+from deepreduce_hvd.history import History
 from deepreduce_hvd.torch import DeepReduce
 from text import WordLSTM, batches, stdlib_corpus
 
@@ -63,7 +63,7 @@ def main():
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     generator = torch.Generator().manual_seed(hvd.rank())
     params = sum(p.numel() for p in model.parameters())
-    history = []
+    history = History(hvd.rank(), args.json, vars(args))
     for epoch in range(1, args.epochs + 1):
         start, losses = time.perf_counter(), []
         for _ in range(args.steps_per_epoch):
@@ -79,17 +79,10 @@ def main():
         else:
             dense = 4 * params * steps
             sent = dense if args.compression == "none" else dense // 2
-        record = {"epoch": epoch, "loss": sum(losses) / len(losses),
-                  "val_perplexity": perplexity(model, val), "mb_sent": sent / 1e6,
-                  "mb_dense": dense / 1e6, "epoch_s": time.perf_counter() - start}
-        history.append(record)
-        if hvd.rank() == 0:
-            print(f"epoch {epoch:3d}  loss {record['loss']:.3f}  val ppl {record['val_perplexity']:.1f}"
-                  f"  sent {record['mb_sent']:.1f} MB of {record['mb_dense']:.1f} MB dense  "
-                  f"{record['epoch_s']:.1f} s", flush=True)
-    if hvd.rank() == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "history": history}, f, indent=1)
+        history.add(epoch, {"loss": sum(losses) / len(losses),
+                            "val_perplexity": perplexity(model, val)},
+                    sent, dense, time.perf_counter() - start)
+    history.save()
 
 
 if __name__ == "__main__":
