@@ -8,7 +8,6 @@ DistributedGradientTape and DeepReduce (tf-keras layers, see the README on Keras
 Rank 0 shows a progress bar and prints, per epoch, the training loss, test accuracy and the
 megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries.
 """
-import argparse
 import os
 import time
 
@@ -22,19 +21,13 @@ import tf_keras as keras  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from deepreduce_hvd.cli import compression_parser, pipeline_config  # noqa: E402
 from deepreduce_hvd.history import History  # noqa: E402
 from deepreduce_hvd.tensorflow import DeepReduce  # noqa: E402
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compression", choices=["deepreduce", "none", "fp16"], default="deepreduce")
-    parser.add_argument("--sparsifier", default="topk", choices=["topk", "randomk", "threshold"])
-    parser.add_argument("--ratio", type=float, default=0.01)
-    parser.add_argument("--index", default="entropy")
-    parser.add_argument("--value", default="entropy")
-    parser.add_argument("--memory", default="residual", choices=["residual", "none"])
+    parser = compression_parser(__doc__)
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.05)
@@ -68,8 +61,7 @@ def make_compression(args):
         return hvd.Compression.none
     if args.compression == "fp16":
         return hvd.Compression.fp16
-    return DeepReduce(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index,
-                      value=args.value, memory=None if args.memory == "none" else "residual")
+    return DeepReduce(**pipeline_config(args))
 
 
 def main():

@@ -3,7 +3,6 @@
     horovodrun -np 2 -H localhost:2 --gloo python torch/bench_step.py --workload mlp \\
         --compression deepreduce --index entropy --value qsgd --json out.json
 """
-import argparse
 import json
 import statistics
 import time
@@ -12,20 +11,16 @@ import horovod.torch as hvd
 import torch
 from torch.nn import functional as F
 
+from deepreduce_hvd.cli import compression_parser
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
 from text import WordLSTM, batches, stdlib_corpus
+from train_digits import make_compression
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = compression_parser(__doc__, value="qsgd")
     parser.add_argument("--workload", choices=["cnn", "mlp", "lstm"], required=True)
-    parser.add_argument("--compression", choices=["deepreduce", "none", "fp16"], required=True)
-    parser.add_argument("--sparsifier", default="topk")
-    parser.add_argument("--ratio", type=float, default=0.01)
-    parser.add_argument("--index", default="entropy")
-    parser.add_argument("--value", default="qsgd")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", required=True)
@@ -57,11 +52,7 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model, loss_fn = workload(args.workload, torch.Generator().manual_seed(hvd.rank()))
-    if args.compression == "deepreduce":
-        compression = DeepReduce(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index,
-                                 value=args.value, memory="residual")
-    else:
-        compression = hvd.Compression.none if args.compression == "none" else hvd.Compression.fp16
+    compression = make_compression(args)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                    named_parameters=model.named_parameters(),
                                    compression=compression)

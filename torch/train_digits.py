@@ -7,7 +7,6 @@
 Rank 0 shows a progress bar and prints, per epoch, the training loss, test accuracy and the
 megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries.
 """
-import argparse
 import time
 
 import horovod.torch as hvd
@@ -15,20 +14,14 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from deepreduce_hvd.cli import compression_parser, pipeline_config
 from deepreduce_hvd.history import History
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compression", choices=["deepreduce", "none", "fp16"], default="deepreduce")
-    parser.add_argument("--sparsifier", default="topk", choices=["topk", "randomk", "threshold"])
-    parser.add_argument("--ratio", type=float, default=0.01)
-    parser.add_argument("--index", default="entropy")
-    parser.add_argument("--value", default="entropy")
-    parser.add_argument("--memory", default="residual", choices=["residual", "none"])
+    parser = compression_parser(__doc__)
     parser.add_argument("--model", default="resnet20", choices=sorted(MODELS))
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
@@ -40,12 +33,12 @@ def parse_args():
 
 
 def make_compression(args):
+    """DeepReduce from the options, or Horovod's own compression."""
     if args.compression == "none":
         return hvd.Compression.none
     if args.compression == "fp16":
         return hvd.Compression.fp16
-    return DeepReduce(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index,
-                      value=args.value, memory=None if args.memory == "none" else "residual")
+    return DeepReduce(**pipeline_config(args))
 
 
 def sent_bytes(compression, model, steps):

@@ -6,7 +6,6 @@ default sparsifier is threshold 0 (every non-zero is sent, nothing else).
 
 Rank 0 prints, per epoch, the training loss, validation perplexity and megabytes sent.
 """
-import argparse
 import math
 import time
 
@@ -14,19 +13,14 @@ import horovod.torch as hvd
 import torch
 from torch.nn import functional as F
 
+from deepreduce_hvd.cli import compression_parser
 from deepreduce_hvd.history import History
-from deepreduce_hvd.torch import DeepReduce
 from text import WordLSTM, batches, stdlib_corpus
+from train_digits import make_compression, sent_bytes
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compression", choices=["deepreduce", "none", "fp16"], default="deepreduce")
-    parser.add_argument("--sparsifier", default="threshold")
-    parser.add_argument("--ratio", type=float, default=0.01)
-    parser.add_argument("--index", default="entropy")
-    parser.add_argument("--value", default="qsgd")
+    parser = compression_parser(__doc__, sparsifier="threshold", value="qsgd")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--steps-per-epoch", type=int, default=60)
     parser.add_argument("--lr", type=float, default=1.0)
@@ -52,17 +46,12 @@ def main():
     torch.set_num_threads(1)
     train, val, vocab = stdlib_corpus()
     model = WordLSTM(vocab)
-    if args.compression == "deepreduce":
-        compression = DeepReduce(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index,
-                                 value=args.value, memory="residual")
-    else:
-        compression = hvd.Compression.none if args.compression == "none" else hvd.Compression.fp16
+    compression = make_compression(args)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr),
                                    named_parameters=model.named_parameters(),
                                    compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     generator = torch.Generator().manual_seed(hvd.rank())
-    params = sum(p.numel() for p in model.parameters())
     history = History(hvd.rank(), args.json, vars(args))
     for epoch in range(1, args.epochs + 1):
         start, losses = time.perf_counter(), []
@@ -73,15 +62,10 @@ def main():
             loss.backward()
             opt.step()
             losses.append(loss.item())
-        steps = epoch * args.steps_per_epoch
-        if isinstance(compression, DeepReduce):
-            sent, dense = compression.stats()["bytes_sent"], compression.stats()["dense_bytes"]
-        else:
-            dense = 4 * params * steps
-            sent = dense if args.compression == "none" else dense // 2
         history.add(epoch, {"loss": sum(losses) / len(losses),
                             "val_perplexity": perplexity(model, val)},
-                    sent, dense, time.perf_counter() - start)
+                    *sent_bytes(compression, model, epoch * args.steps_per_epoch),
+                    time.perf_counter() - start)
     history.save()
 
 
