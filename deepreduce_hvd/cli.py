@@ -16,6 +16,17 @@ def compression_parser(doc, sparsifier="topk", value="entropy"):
     return parser
 
 
+def add_digits_training_args(parser):
+    """The options of the two digits jobs (PyTorch and TensorFlow), with the same defaults."""
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="rank 0 writes the per-epoch history here")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
 def pipeline_config(args):
     """DeepReduce keyword arguments from the parsed options."""
     return dict(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index, value=args.value,

@@ -21,20 +21,14 @@ import tf_keras as keras  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from deepreduce_hvd.cli import compression_parser, pipeline_config  # noqa: E402
+from deepreduce_hvd.cli import add_digits_training_args, compression_parser, pipeline_config  # noqa: E402
 from deepreduce_hvd.history import History  # noqa: E402
 from deepreduce_hvd.tensorflow import DeepReduce  # noqa: E402
 
 
 def parse_args():
     parser = compression_parser(__doc__)
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="rank 0 writes the per-epoch history here")
-    parser.add_argument("--no-progress", action="store_true")
-    return parser.parse_args()
+    return add_digits_training_args(parser).parse_args()
 
 
 def digits_split(seed, test_fraction=0.2):

@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from deepreduce_hvd.cli import compression_parser, pipeline_config
+from deepreduce_hvd.cli import add_digits_training_args, compression_parser, pipeline_config
 from deepreduce_hvd.history import History
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
@@ -23,13 +23,7 @@ from digits import MODELS, digits_split
 def parse_args():
     parser = compression_parser(__doc__)
     parser.add_argument("--model", default="resnet20", choices=sorted(MODELS))
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="rank 0 writes the per-epoch history here")
-    parser.add_argument("--no-progress", action="store_true")
-    return parser.parse_args()
+    return add_digits_training_args(parser).parse_args()
 
 
 def make_compression(args):
