@@ -1,24 +1,26 @@
-"""deepreduce-hvd: builds the core package and, when a C++ compiler works, the Bloom op."""
+"""deepreduce-hvd: builds the core package and, when a C++ compiler works, the native engine."""
 import warnings
+
+from glob import glob
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 
 class OptionalBuildExt(build_ext):
-    """The C++ op is an accelerator: without it the numpy path gives identical bytes."""
+    """The C++ engine is an accelerator: without it the numpy path gives identical bytes."""
 
     def run(self):
         try:
             super().run()
         except Exception as exc:  # noqa: BLE001 - any compiler failure falls back to numpy
-            warnings.warn(f"C++ Bloom op not built ({exc}); the numpy path will be used")
+            warnings.warn(f"C++ engine not built ({exc}); the numpy path will be used")
 
     def build_extension(self, ext):
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
-            warnings.warn(f"C++ Bloom op not built ({exc}); the numpy path will be used")
+            warnings.warn(f"C++ engine not built ({exc}); the numpy path will be used")
 
 
 setup(
@@ -28,7 +30,8 @@ setup(
     packages=find_packages(include=["deepreduce_hvd", "deepreduce_hvd.*"]),
     python_requires=">=3.9",
     install_requires=["numpy", "scipy"],
-    ext_modules=[Extension("deepreduce_hvd._bloom", ["csrc/bloom.cpp"], language="c++",
+    ext_modules=[Extension("deepreduce_hvd._native", sorted(glob("csrc/*.cpp")), language="c++",
+                           depends=sorted(glob("csrc/*.h")),
                            extra_compile_args=["-O3", "-std=c++17", "-pthread"],
                            extra_link_args=["-pthread"])],
     cmdclass={"build_ext": OptionalBuildExt},

@@ -3,16 +3,19 @@
 // The hash scheme is defined once, in deepreduce_hvd/bloom_filter.py, and mirrored here bit
 // for bit: key = fmix64(position + seed_key); h1 = low 32 bits, h2 = high 32 bits | 1;
 // probe j sets bit ((h1 + j*h2) mod 2^32) * m >> 32. Filters are little-endian bit arrays.
-// query() scans every position of the tensor on several threads with the GIL released.
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
+// The query scans every position on several threads; a worker's failure (an allocation, or
+// more positives than the payload can justify) is carried back to the caller, never thrown
+// out of the thread.
 #include <algorithm>
-#include <cstdint>
-#include <cstring>
+#include <atomic>
+#include <climits>
+#include <exception>
+#include <string>
 #include <thread>
-#include <vector>
 
+#include "engine.h"
+
+namespace dr {
 namespace {
 
 inline uint64_t fmix64(uint64_t k) {
@@ -29,48 +32,19 @@ inline uint32_t probe(uint32_t h1, uint32_t h2, uint32_t j, uint64_t m) {
     return static_cast<uint32_t>((static_cast<uint64_t>(g) * m) >> 32);
 }
 
-bool check_params(unsigned long long m, int h) {
-    if (m == 0 || m > 0xFFFFFFFFULL || h < 1 || h > 64) {
-        PyErr_SetString(PyExc_ValueError, "bloom: need 0 < m < 2**32 and 1 <= h <= 64");
-        return false;
-    }
-    return true;
-}
-
-PyObject* insert(PyObject*, PyObject* args) {
-    Py_buffer positions;
-    unsigned long long m, seed_key;
-    int h;
-    if (!PyArg_ParseTuple(args, "y*KiK", &positions, &m, &h, &seed_key)) return nullptr;
-    if (!check_params(m, h) || positions.len % 8) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bloom: positions must be int64");
-        PyBuffer_Release(&positions);
-        return nullptr;
-    }
-    std::vector<uint8_t> bits((m + 7) / 8, 0);
-    const int64_t* pos = static_cast<const int64_t*>(positions.buf);
-    Py_ssize_t n = positions.len / 8;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        uint64_t key = fmix64(static_cast<uint64_t>(pos[i]) + seed_key);
-        uint32_t h1 = static_cast<uint32_t>(key), h2 = static_cast<uint32_t>(key >> 32) | 1u;
-        for (int j = 0; j < h; ++j) {
-            uint32_t b = probe(h1, h2, j, m);
-            bits[b >> 3] |= static_cast<uint8_t>(1u << (b & 7));
-        }
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&positions);
-    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(bits.data()), bits.size());
-}
-
 inline bool test_bit(const uint8_t* bits, uint32_t b) { return (bits[b >> 3] >> (b & 7)) & 1u; }
+
+void check_params(uint64_t m, int h) {
+    if (m == 0 || m > 0xFFFFFFFFULL || h < 1 || h > 64)
+        throw Error("bloom: need 0 < m < 2**32 and 1 <= h <= 64");
+}
 
 // Scans [lo, hi) in blocks: the first three probes of every position are tested without a
 // branch and the survivors (about an eighth) compacted, so the unpredictable branch is taken
 // once per survivor instead of once per position.
 void query_range(const uint8_t* bits, uint64_t m, int h, uint64_t seed_key, int64_t lo,
-                 int64_t hi, std::vector<int64_t>* out) {
+                 int64_t hi, int64_t max_positives, std::atomic<int64_t>* found,
+                 std::vector<int64_t>* out) {
     constexpr int kBlock = 256;
     int64_t cand[kBlock];
     uint32_t c1[kBlock], c2[kBlock];
@@ -88,61 +62,87 @@ void query_range(const uint8_t* bits, uint64_t m, int h, uint64_t seed_key, int6
             c2[kept] = h2;
             kept += hit;
         }
+        size_t before = out->size();
         for (int t = 0; t < kept; ++t) {
             int j = first;
             while (j < h && test_bit(bits, probe(c1[t], c2[t], j, m))) ++j;
             if (j == h) out->push_back(cand[t]);
         }
+        int64_t added = static_cast<int64_t>(out->size() - before);
+        if (added && found->fetch_add(added) + added > max_positives) return;
     }
 }
-
-PyObject* query(PyObject*, PyObject* args) {
-    Py_buffer filter;
-    unsigned long long m, seed_key;
-    long long size;
-    int h, threads;
-    if (!PyArg_ParseTuple(args, "y*KiKLi", &filter, &m, &h, &seed_key, &size, &threads))
-        return nullptr;
-    if (!check_params(m, h) || size < 0 || static_cast<unsigned long long>(filter.len) != (m + 7) / 8) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bloom: filter length or size");
-        PyBuffer_Release(&filter);
-        return nullptr;
-    }
-    const uint8_t* bits = static_cast<const uint8_t*>(filter.buf);
-    int nthreads = std::max(1, std::min<int>(threads, static_cast<int>(size / 65536) + 1));
-    std::vector<std::vector<int64_t>> parts(nthreads);
-    Py_BEGIN_ALLOW_THREADS
-    std::vector<std::thread> pool;
-    int64_t chunk = (size + nthreads - 1) / nthreads;
-    for (int t = 0; t < nthreads; ++t) {
-        int64_t lo = std::min<int64_t>(size, t * chunk), hi = std::min<int64_t>(size, lo + chunk);
-        pool.emplace_back(query_range, bits, m, h, seed_key, lo, hi, &parts[t]);
-    }
-    for (auto& th : pool) th.join();
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&filter);
-    size_t total = 0;
-    for (auto& p : parts) total += p.size();
-    PyObject* result = PyBytes_FromStringAndSize(nullptr, total * sizeof(int64_t));
-    if (!result) return nullptr;
-    char* dst = PyBytes_AS_STRING(result);
-    for (auto& p : parts) {
-        std::memcpy(dst, p.data(), p.size() * sizeof(int64_t));
-        dst += p.size() * sizeof(int64_t);
-    }
-    return result;
-}
-
-PyMethodDef methods[] = {
-    {"insert", insert, METH_VARARGS,
-     "insert(positions_int64, m, h, seed_key) -> filter bytes"},
-    {"query", query, METH_VARARGS,
-     "query(filter, m, h, seed_key, size, threads) -> int64 bytes of positive positions"},
-    {nullptr, nullptr, 0, nullptr}};
-
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bloom",
-                      "C++ Bloom-filter insert and query for deepreduce_hvd.", -1, methods};
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__bloom() { return PyModule_Create(&module); }
+std::vector<uint8_t> bloom_insert(const int64_t* positions, size_t n, uint64_t m, int h,
+                                  uint64_t seed_key) {
+    check_params(m, h);
+    std::vector<uint8_t> bits((m + 7) / 8, 0);
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t key = fmix64(static_cast<uint64_t>(positions[i]) + seed_key);
+        uint32_t h1 = static_cast<uint32_t>(key), h2 = static_cast<uint32_t>(key >> 32) | 1u;
+        for (int j = 0; j < h; ++j) {
+            uint32_t b = probe(h1, h2, j, m);
+            bits[b >> 3] |= static_cast<uint8_t>(1u << (b & 7));
+        }
+    }
+    return bits;
+}
+
+std::vector<int64_t> bloom_conflicts(const int64_t* positives, size_t n, uint64_t m, int h,
+                                     uint64_t seed_key) {
+    check_params(m, h);
+    std::vector<int64_t> members(m, 0), out(n);
+    auto probes = [&](size_t i, auto&& visit) {
+        uint64_t key = fmix64(static_cast<uint64_t>(positives[i]) + seed_key);
+        uint32_t h1 = static_cast<uint32_t>(key), h2 = static_cast<uint32_t>(key >> 32) | 1u;
+        for (int j = 0; j < h; ++j) visit(probe(h1, h2, j, m));
+    };
+    for (size_t i = 0; i < n; ++i) probes(i, [&](uint32_t b) { ++members[b]; });
+    for (size_t i = 0; i < n; ++i) {
+        int64_t smallest = INT64_MAX;
+        probes(i, [&](uint32_t b) { smallest = std::min(smallest, members[b]); });
+        out[i] = smallest;
+    }
+    return out;
+}
+
+std::vector<int64_t> bloom_query(const uint8_t* bits, uint64_t m, int h, uint64_t seed_key,
+                                 int64_t size, int threads, int64_t max_positives) {
+    check_params(m, h);
+    if (size < 0) throw Error("bloom: negative size");
+    int nthreads = std::max(1, std::min<int>(threads, static_cast<int>(size / 65536) + 1));
+    std::vector<std::vector<int64_t>> parts(nthreads);
+    std::vector<std::exception_ptr> failures(nthreads);
+    std::atomic<int64_t> found{0};
+    int64_t chunk = (size + nthreads - 1) / nthreads;
+    auto work = [&](int t) {
+        try {
+            int64_t lo = std::min<int64_t>(size, t * chunk), hi = std::min<int64_t>(size, lo + chunk);
+            query_range(bits, m, h, seed_key, lo, hi, max_positives, &found, &parts[t]);
+        } catch (...) {
+            failures[t] = std::current_exception();
+        }
+    };
+    std::vector<std::thread> pool;
+    try {
+        for (int t = 1; t < nthreads; ++t) pool.emplace_back(work, t);
+    } catch (...) {  // no thread could be started: the remaining ranges run here
+        for (int t = static_cast<int>(pool.size()) + 1; t < nthreads; ++t) work(t);
+    }
+    work(0);
+    for (auto& th : pool) th.join();
+    for (auto& f : failures)
+        if (f) std::rethrow_exception(f);
+    if (found.load() > max_positives)
+        throw Error("bloom: the filter reports more positives than its parameters allow");
+    size_t total = 0;
+    for (auto& p : parts) total += p.size();
+    std::vector<int64_t> out;
+    out.reserve(total);
+    for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+}
+
+}  // namespace dr

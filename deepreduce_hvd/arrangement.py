@@ -9,7 +9,7 @@ fewest bits whose error stays within RANK_TOLERANCE of layout 1's.
 """
 import numpy as np
 
-from .bits import bits_to_fixed, fixed_to_bits, pack_bits, unpack_bits
+from .bits import expect_stream_end, pack_fixed, read_fixed
 from .errors import DeepReduceError
 
 INDEX_ORDER, PERMUTATION, RANKS = 0, 1, 2
@@ -22,13 +22,13 @@ def rank_width(count):
 
 
 def _pack(fields, width):
-    return pack_bits(fixed_to_bits(fields, width))
+    return pack_fixed(fields, width)
 
 
 def _unpack(data, count, width):
-    if len(data) != (count * width + 7) // 8:
-        raise DeepReduceError(f"value arrangement: {len(data)} bytes for {count} x {width} bits")
-    return bits_to_fixed(unpack_bits(data, count * width), count, width).astype(np.int64)
+    fields = read_fixed(data, 0, count, width).astype(np.int64)
+    expect_stream_end(data, count * width, "value arrangement")
+    return fields
 
 
 def _bucket_centres(buckets, bits, width, count):
@@ -36,15 +36,16 @@ def _bucket_centres(buckets, bits, width, count):
     return np.minimum((buckets << shift) + ((1 << shift) >> 1), count - 1)
 
 
-def choose(values, order, value_codec, value_body, mode):
-    """-> (layout, arrangement bytes or None) for values encoded as values[order]."""
+def choose(values, order, fitted, mode):
+    """-> (layout, arrangement bytes or None) for values encoded as values[order], given what
+    the value codec delivers in that order (`fitted`)."""
     if order is None:
         return INDEX_ORDER, None
     count, width = values.size, rank_width(values.size)
     permutation = _pack(order, width)
     if mode == "permutation" or width < 2:
         return PERMUTATION, permutation
-    fitted = value_codec.decode(value_body, count, values.dtype).astype(np.float64)
+    fitted = fitted.astype(np.float64)
     target = values.astype(np.float64)
     ranks = np.empty(count, dtype=np.int64)
     ranks[order] = np.arange(count)
@@ -71,7 +72,7 @@ def restore(layout, data, decoded):
         return decoded
     if layout == PERMUTATION:
         order = _unpack(data, count, width)
-        if count and np.bincount(order, minlength=count).max(initial=0) != 1 or (order >= count).any():
+        if (order >= count).any() or np.bincount(order, minlength=count).max(initial=0) > 1:
             raise DeepReduceError("value arrangement is not a permutation")
         out = np.empty_like(decoded)
         out[order] = decoded

@@ -1,4 +1,8 @@
 """Base classes for index and value codecs (numcodecs-style: id, config, encode, decode)."""
+from typing import NamedTuple, Optional
+
+import numpy as np
+
 from .registry import codec_class
 
 
@@ -24,25 +28,50 @@ class Codec:
         return f"{type(self).__name__}({args})"
 
 
+class IndexEncoding(NamedTuple):
+    """An index codec's output: the body, and the positions the receiver will decode in the
+    order the values must follow. `order` (when not None) says those positions are
+    indices[order], a reordering of the selection (a context model's coding order)."""
+    body: bytes
+    positions: np.ndarray
+    order: Optional[np.ndarray] = None
+
+
 class IndexCodec(Codec):
-    """Encodes a sorted, unique set of flat positions in [0, size)."""
+    """Encodes a sorted, unique set of flat positions in [0, size) of a tensor of `shape`."""
 
-    def encode(self, indices, size, dense=None, seed=None):
-        """-> (body bytes, positions the receiver will decode, in the order values follow).
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
+        """-> IndexEncoding (or a (body, positions) pair).
 
-        Lossless codecs return `indices` itself; a Bloom filter may return other positions.
+        Lossless codecs return `indices` itself (or a reordering of it, with `order`); a Bloom
+        filter may return other positions.
         """
         raise NotImplementedError
 
-    def decode(self, body, size, count):
-        """body (bytes-like) -> int64 positions; count is the number of values sent."""
+    def decode(self, body, size, count, shape=None):
+        """body (bytes-like) -> unique int64 positions in [0, size), in the order the values
+        follow (the order encode returned); count is the number of values."""
         raise NotImplementedError
+
+
+class ValueEncoding(NamedTuple):
+    """A value codec's output: the body, the order it sorted the values by (None: kept), and
+    exactly what its decoder will return from the body (in that order, the input dtype)."""
+    body: bytes
+    order: Optional[np.ndarray]
+    delivered: np.ndarray
 
 
 class ValueCodec(Codec):
     """Encodes a 1-D float array (float16/32/64 or bfloat16)."""
 
+    def min_bits(self, dtype):
+        """Fewest bits a valid body spends per value (0: no bound), so a decoder can check a
+        declared count against the bytes present before it does any work."""
+        return 0
+
     def encode(self, values):
+        """-> ValueEncoding."""
         raise NotImplementedError
 
     def decode(self, body, count, dtype):

@@ -1,72 +1,106 @@
 """The framework-neutral DeepReduce pipeline: memory -> sparsifier -> codec, and back.
 
 The PyTorch and TensorFlow wrappers only move tensors to and from numpy and call Horovod;
-everything that decides what goes on the wire is here. Each rank's payload is framed with a
-fingerprint of (shape, dtype, pipeline config), so ranks that disagree fail loudly instead of
-summing mismatched tensors.
+everything that decides what goes on the wire is here (and, for the time-aware choice, in
+planner.py). Payloads travel in frames (frames.py).
 """
 import json
 import math
+import os
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import sparsify
-from .codec import SparseCodec, decode, densify
+from . import frames, sparsify
+from .codec import SparseCodec, decode_unordered
 from .errors import DeepReduceError
 from .memory import ResidualMemory
+from .payload import check_shape
+from .halves import to_half
+from .scatter import scatter_add
 
 SPARSIFIERS = ("topk", "randomk", "threshold", "none")
-FRAME_MAGIC = b"DRF1"
-FRAME_HEADER = 12  # magic, fingerprint u32, payload length u32
+MEMORIES = (None, "none", "residual")
 
 
 class Stats:
-    """Counters a training job can log: bytes_sent, dense_bytes, ratio, tensors_compressed,
-    tensors_passed_through, encode_s, decode_s."""
+    """Counters a training job can log: bytes_sent, dense_bytes, ratio, tensors_compressed
+    (sent as sparse payloads), tensors_allreduced (handed to Horovod's allreduce, fp32 or
+    fp16, by the time-aware choice), tensors_passed_through, tensors_nonfinite, encode_s,
+    decode_s."""
 
     def __init__(self):
         self.reset()
 
     def reset(self):
         self.bytes_sent = self.dense_bytes = 0
-        self.tensors_compressed = self.tensors_passed_through = 0
+        self.tensors_compressed = self.tensors_allreduced = self.tensors_passed_through = 0
+        self.tensors_nonfinite = 0
         self.encode_s = self.decode_s = 0.0
 
     def as_dict(self):
         return {"bytes_sent": self.bytes_sent, "dense_bytes": self.dense_bytes,
                 "ratio": self.dense_bytes / self.bytes_sent if self.bytes_sent else 0.0,
                 "tensors_compressed": self.tensors_compressed,
+                "tensors_allreduced": self.tensors_allreduced,
                 "tensors_passed_through": self.tensors_passed_through,
+                "tensors_nonfinite": self.tensors_nonfinite,
                 "encode_s": self.encode_s, "decode_s": self.decode_s}
 
 
+_POOL = None
+PARALLEL_BYTES = 1 << 16  # decode payloads on worker threads above this many bytes in all
+
+
+def decode_all(payloads, shape):
+    """(values, positions) of each payload, in rank order. Large sets are decoded on a small
+    thread pool (the native kernels release the GIL); the caller still adds them in rank
+    order, so every rank computes the same bits."""
+    global _POOL
+    limit = max(math.prod(shape), 1)
+    decode = lambda p: decode_unordered(p, limit, shape)[:2]  # noqa: E731
+    if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
+        return map(decode, payloads)
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count()), thread_name_prefix="deepreduce")
+    return _POOL.map(decode, payloads)
+
+
 class Pipeline:
-    """sparsifier + SparseCodec + optional residual memory, on numpy arrays.
+    """sparsifier + SparseCodec + residual memory, on numpy arrays.
 
     sparsifier: "topk" / "randomk" (keep `ratio` of the elements), "threshold" (magnitude
     above `threshold`; 0 keeps the non-zeros) or "none" (every element).
-    index, value, arrangement: as for SparseCodec. memory: None or "residual".
+    index, value, arrangement: as for SparseCodec ("auto": smallest payload per call).
+    memory: "residual" (error feedback, the default) or None.
     min_size: tensors with fewer elements are sent dense (default 1000, as in the paper).
+
+    A gradient holding NaN or Inf is not encoded: every rank receives NaN for that tensor
+    (as a dense allreduce would deliver NaN; an AMP loss scaler then skips the step), and its
+    residual is reset.
     """
 
-    def __init__(self, sparsifier="topk", ratio=0.01, threshold=0.0, index="entropy",
-                 value="raw", arrangement="auto", memory=None, min_size=1000, seed=0):
+    def __init__(self, sparsifier="topk", ratio=0.01, threshold=0.0, index="auto",
+                 value="auto", arrangement="auto", memory="residual", min_size=1000, seed=0):
         if sparsifier not in SPARSIFIERS:
             raise DeepReduceError(f"sparsifier must be one of {SPARSIFIERS}, not {sparsifier!r}")
-        if sparsifier in ("topk", "randomk"):
-            sparsify.selection_size(1, ratio)  # validates the ratio
-        if memory not in (None, "none", "residual"):
+        sparsify.selection_size(1, ratio)  # validates the ratio
+        sparsify.check_threshold(threshold)
+        if memory not in MEMORIES:
             raise DeepReduceError(f"memory must be None or 'residual', not {memory!r}")
-        if not isinstance(min_size, int) or min_size < 0:
+        if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
             raise DeepReduceError(f"min_size must be a non-negative int, not {min_size!r}")
-        self.sparsifier, self.ratio, self.threshold = sparsifier, ratio, threshold
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise DeepReduceError(f"seed must be an integer in [0, 2**64), not {seed!r}")
+        self.sparsifier, self.ratio, self.threshold = sparsifier, ratio, float(threshold)
         self.codec = SparseCodec(index=index, value=value, arrangement=arrangement)
         self.memory = ResidualMemory() if memory == "residual" else None
         self.min_size, self.seed = min_size, seed
         self.stats = Stats()
         self._steps = {}
+        self._last_decode = {}
 
     def get_config(self):
         return {"sparsifier": self.sparsifier, "ratio": self.ratio, "threshold": self.threshold,
@@ -77,100 +111,119 @@ class Pipeline:
         """Whether a tensor goes through the codec (else it is passed through unchanged)."""
         return is_float and size >= max(self.min_size, 1)
 
+    def selection_count(self, size):
+        """How many elements the sparsifier sends from a tensor of `size` (at most)."""
+        if self.sparsifier in ("topk", "randomk"):
+            return sparsify.selection_size(size, self.ratio)
+        return size
+
     def fingerprint(self, shape, dtype_name):
         text = json.dumps([list(shape), dtype_name, self.get_config()], sort_keys=True)
         return zlib.crc32(text.encode())
 
-    def sparsify(self, name, dense):
-        if self.sparsifier == "topk":
-            return sparsify.topk(dense, self.ratio) + (None,)
-        if self.sparsifier == "randomk":
-            step = self._steps[name] = self._steps.get(name, -1) + 1
-            seed = zlib.crc32(f"{name}:{step}".encode()) ^ self.seed
-            return sparsify.randomk(dense, self.ratio, seed) + (seed,)
-        if self.sparsifier == "threshold":
-            return sparsify.threshold(dense, self.threshold) + (None,)
-        flat = dense.ravel()
-        return flat, np.arange(flat.size, dtype=np.int64), None
+    def _compensated_selection(self, name, dense):
+        """(values, indices, seed, compensated flat array) or None when it holds NaN/Inf."""
+        memory = self.memory if name is not None else None
+        residual = memory.buffer(name, dense.shape).reshape(-1) if memory else None
+        if self.sparsifier in ("topk", "threshold"):
+            k = sparsify.selection_size(dense.size, self.ratio)
+            picked = sparsify.select(self.sparsifier, dense, residual, k=k, tau=self.threshold)
+            compensated = residual if residual is not None else dense.reshape(-1)
+            return None if picked is None else (*picked, None, compensated)
+        compensated = residual if residual is not None else dense.astype(np.float32).reshape(-1)
+        if residual is not None:
+            residual += dense.reshape(-1)
+        if not np.isfinite(compensated).all():
+            return None
+        if self.sparsifier == "none":
+            return compensated.copy(), np.arange(compensated.size, dtype=np.int64), None, compensated
+        step = self._steps[name] = self._steps.get(name, -1) + 1
+        seed = zlib.crc32(f"{name}:{step}".encode()) ^ self.seed
+        return (*sparsify.randomk(compensated, self.ratio, seed), seed, compensated)
 
-    def compress(self, name, dense):
-        """dense numpy gradient -> framed payload bytes. The residual memory, if any, is
-        keyed by name; tensors without a name (None) get no error feedback."""
+    def compress(self, name, dense, codec=None):
+        """dense numpy gradient -> frame bytes for the allgather. The residual memory, if any,
+        is keyed by name; tensors without a name (None) get no error feedback. codec: the
+        SparseCodec to use this time (default: the pipeline's)."""
         start = time.perf_counter()
         dtype_name = dense.dtype.name
-        work = dense.astype(np.float32) if dtype_name == "bfloat16" else dense
-        memory = self.memory if name is not None else None
-        if memory is not None:
-            work = memory.compensate(name, work.astype(np.float32, copy=False))
-        values, indices, seed = self.sparsify(name, work)
-        if dtype_name != values.dtype.name:
-            values = values.astype(dense.dtype)
-        if memory is None:
-            payload = self.codec.encode(values, indices, dense.shape, dense=work, seed=seed)
-        else:  # the residual is what receivers will not reconstruct from this payload
-            payload, (v, i) = self.codec.encode(values, indices, dense.shape, dense=work,
-                                                seed=seed, delivered=True)
-            memory.update(name, work, densify(v.astype(np.float32), i, dense.shape))
-        frame = (FRAME_MAGIC + self.fingerprint(dense.shape, dtype_name).to_bytes(4, "little")
-                 + len(payload).to_bytes(4, "little") + payload)
-        self.stats.encode_s += time.perf_counter() - start
+        codec = codec or self.codec
+        work = np.asarray(dense, dtype=np.float32) if dtype_name in ("bfloat16", "float16") else dense
+        picked = self._compensated_selection(name, work)
+        if picked is None:
+            kind, payload = frames.NONFINITE, b""
+            self.stats.tensors_nonfinite += 1
+            if self.memory is not None and name is not None:
+                self.memory.reset(name)
+        else:
+            values, indices, seed, compensated = picked
+            try:
+                encoded = codec.encode_full(values.astype(dense.dtype, copy=False), indices,
+                                            dense.shape, dense=compensated, seed=seed)
+                kind, payload = frames.PAYLOAD, encoded.payload
+                if self.memory is not None and name is not None:
+                    self.memory.deliver(name, encoded.positions, encoded.values)
+            except DeepReduceError as exc:  # sent to every rank, raised there: no rank hangs
+                kind, payload = frames.ERROR, str(exc).encode()
+        encode_s = time.perf_counter() - start
+        frame = frames.write(self.fingerprint(dense.shape, dtype_name), kind, payload, encode_s,
+                             self._last_decode.get(name, 0.0))
+        self.stats.encode_s += encode_s
         self.stats.bytes_sent += len(frame)
         self.stats.dense_bytes += 4 * dense.size
         self.stats.tensors_compressed += 1
         return frame
 
-    def decompress(self, gathered, shape, dtype_name, ranks):
+    def decompress(self, gathered, shape, dtype_name, ranks, name=None):
         """The concatenated frames of every rank (an allgather's output) -> their sum, dense
-        float32, added in rank order so that every rank computes the same bits."""
+        float32, added in rank order so that every rank computes the same bits. Returns
+        (sum, frames) where frames carry each rank's measured costs."""
         start = time.perf_counter()
+        shape = check_shape(shape)
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise DeepReduceError(f"ranks must be a positive int, not {ranks!r}")
         expected = self.fingerprint(shape, dtype_name)
+        received = frames.read_all(gathered, ranks, expected, f"shape {shape}, {dtype_name}")
+        for frame in received:
+            if frame.kind == frames.ERROR:
+                raise DeepReduceError(f"rank {frame.rank} could not encode this tensor: "
+                                      f"{bytes(frame.payload).decode(errors='replace')}")
         total = np.zeros(math.prod(shape), dtype=np.float32)
-        view, at = memoryview(gathered).cast("B"), 0
-        for rank in range(ranks):
-            if len(view) - at < FRAME_HEADER or bytes(view[at:at + 4]) != FRAME_MAGIC:
-                raise DeepReduceError(f"rank {rank} sent no DeepReduce frame (a rank without "
-                                      "DeepReduce compression, or a corrupted buffer)")
-            got = int.from_bytes(view[at + 4:at + 8], "little")
-            length = int.from_bytes(view[at + 8:at + 12], "little")
-            if got != expected:
-                raise DeepReduceError(
-                    f"rank {rank} sent a tensor with another shape, dtype or DeepReduce config "
-                    f"(fingerprint {got:08x}, expected {expected:08x} for shape {tuple(shape)}, "
-                    f"{dtype_name}); every rank must use the same compression and model")
-            payload = view[at + FRAME_HEADER:at + FRAME_HEADER + length]
-            if len(payload) != length:
-                raise DeepReduceError(f"rank {rank}'s frame is truncated")
-            values, indices, _ = decode(payload, max_elements=max(total.size, 1),
-                                        expect_shape=tuple(shape))
-            total[indices] += values.astype(np.float32)
-            at += FRAME_HEADER + length
-        if at != len(view):
-            raise DeepReduceError(f"{len(view) - at} bytes left after {ranks} ranks' frames")
-        self.stats.decode_s += time.perf_counter() - start
-        return total.reshape(shape)
+        if any(frame.kind == frames.NONFINITE for frame in received):
+            total[:] = np.nan
+        else:
+            for values, indices in decode_all([frame.payload for frame in received], shape):
+                scatter_add(total, indices, values)
+        elapsed = time.perf_counter() - start
+        self._last_decode[name] = elapsed
+        self.stats.decode_s += elapsed
+        return total.reshape(shape), received
+
+    def compress_dense(self, name, dense, half=False):
+        """A tensor for Horovod's own allreduce (the time-aware choice): the compensated
+        gradient, as float16 if `half`; the residual keeps what fp16 rounding lost (and is
+        reset if the gradient or its fp16 cast is not finite)."""
+        start = time.perf_counter()
+        memory = self.memory if name is not None else None
+        if memory is not None:
+            work = memory.compensate(name, dense)
+        else:
+            work = np.array(dense, dtype=np.float32) if half else np.asarray(dense, np.float32)
+        if half:
+            sent, finite = to_half(work, keep_error=memory is not None)
+            if memory is not None and not finite:
+                memory.reset(name)
+        else:
+            sent = work.copy() if memory is not None else work
+            if memory is not None:
+                work.fill(0.0)  # receivers got everything
+        self.stats.encode_s += time.perf_counter() - start
+        self.stats.bytes_sent += sent.nbytes
+        self.stats.dense_bytes += 4 * dense.size
+        self.stats.tensors_allreduced += 1
+        return sent
 
     def passed_through(self, size, itemsize):
         self.stats.tensors_passed_through += 1
         self.stats.bytes_sent += size * itemsize
         self.stats.dense_bytes += size * 4
-
-
-class PipelineOwner:
-    """What the framework wrappers share: a Pipeline built from their keyword arguments, and
-    its stats.
-
-    Arguments are those of `Pipeline`: sparsifier ("topk", "randomk", "threshold", "none"),
-    ratio, threshold, index, value, arrangement, memory (None or "residual"), min_size
-    (default 1000 elements), seed.
-    """
-
-    def __init__(self, **config):
-        self.pipeline = Pipeline(**config)
-
-    def stats(self):
-        """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_passed_through,
-        encode_s, decode_s (this rank, since the last reset)."""
-        return self.pipeline.stats.as_dict()
-
-    def reset_stats(self):
-        self.pipeline.stats.reset()

@@ -1,22 +1,45 @@
-"""Canonical, length-limited Huffman coding on small alphabets, vectorised with numpy.
+"""Canonical, length-limited Huffman coding on small alphabets.
 
-Decoding is the sequential part of Huffman; here it is done without a Python loop: every bit
-position is decoded speculatively through a lookup table (what symbol, and where the next code
-would start), and the chain from bit 0 is followed by pointer doubling in log2(count) gathers.
+Code lengths are computed here (one definition for both paths); decoding runs in the native
+engine (a lookup table on the next 15 bits) or, in numpy, without a Python loop: every bit
+position is decoded speculatively through the table and the chain from the first bit is
+followed by pointer doubling in log2(count) gathers.
 """
 import heapq
 
 import numpy as np
 
-from .bits import fields_to_bits
+from . import native
+from .bits import check_room, unpack_bits
 from .errors import DeepReduceError
 
 MAX_CODE_LENGTH = 15
 
 
+def _tree_depths(weights):
+    """Leaf depths of a Huffman tree over weights (ties broken by node order)."""
+    n = len(weights)
+    heap = [(int(w), i) for i, w in enumerate(weights)]
+    heapq.heapify(heap)
+    parent = [0] * (2 * n - 1)
+    node = n
+    while len(heap) > 1:
+        w1, a = heapq.heappop(heap)
+        w2, b = heapq.heappop(heap)
+        parent[a] = parent[b] = node
+        heapq.heappush(heap, (w1 + w2, node))
+        node += 1
+    depth = [0] * node
+    for child in range(node - 2, -1, -1):  # parents have larger ids than their children
+        depth[child] = depth[parent[child]] + 1
+    return np.array(depth[:n], dtype=np.int64)
+
+
 def code_lengths(freqs, max_length=MAX_CODE_LENGTH):
     """Huffman code length per symbol (0 for unused symbols), at most max_length bits."""
-    freqs = np.asarray(freqs, dtype=np.int64)
+    freqs = np.ascontiguousarray(freqs, dtype=np.int64)
+    if native.engine is not None:
+        return np.frombuffer(native.engine.huffman_lengths(freqs, max_length), np.uint8).astype(np.int64)
     used = np.flatnonzero(freqs)
     lengths = np.zeros(freqs.size, dtype=np.int64)
     if used.size == 1:
@@ -25,16 +48,7 @@ def code_lengths(freqs, max_length=MAX_CODE_LENGTH):
         return lengths
     weights = freqs[used]
     while True:
-        heap = [(int(w), i, (i,)) for i, w in enumerate(weights)]
-        heapq.heapify(heap)
-        depth = np.zeros(used.size, dtype=np.int64)
-        tie = used.size
-        while len(heap) > 1:
-            w1, _, a = heapq.heappop(heap)
-            w2, _, b = heapq.heappop(heap)
-            depth[list(a + b)] += 1
-            heapq.heappush(heap, (w1 + w2, tie, a + b))
-            tie += 1
+        depth = _tree_depths(weights)
         if depth.max() <= max_length:
             lengths[used] = depth
             return lengths
@@ -45,8 +59,9 @@ def canonical_codes(lengths):
     """Canonical code of each symbol (shorter codes first, then by symbol)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     codes = np.zeros(lengths.size, dtype=np.uint64)
+    used = np.flatnonzero(lengths)
     code = prev = 0
-    for sym in sorted(np.flatnonzero(lengths), key=lambda s: (lengths[s], s)):
+    for sym in used[np.argsort(lengths[used], kind="stable")]:
         code <<= int(lengths[sym]) - prev
         prev = int(lengths[sym])
         codes[sym] = code
@@ -80,16 +95,29 @@ def read_table(reader, alphabet):
 
 
 def encode(symbols, lengths):
-    """Symbols -> 0/1 bit array."""
-    return fields_to_bits(canonical_codes(lengths)[symbols], lengths[symbols])
+    """Symbols -> (codes, widths), to be written with bits.pack_fields."""
+    return canonical_codes(lengths)[symbols], lengths[symbols]
 
 
-def decode(bits, lengths, count):
-    """Decode `count` symbols from the start of a 0/1 array -> (symbols, bits consumed)."""
+def decode(data, start, lengths, count):
+    """Decode `count` symbols from bit `start` of data -> (symbols, bit after the last);
+    symbols are uint32 (native) or int64 (numpy)."""
+    check_room(data, start, count, 1, "Huffman stream")
     if count == 0:
-        return np.zeros(0, dtype=np.int64), 0
+        return np.zeros(0, dtype=np.int64), start
     if not lengths.any():
         raise DeepReduceError("Huffman table is empty")
+    if native.engine is not None:
+        symbols, end = native.engine.huffman_decode(
+            data, start, np.ascontiguousarray(lengths, dtype=np.uint8), count)
+        return np.frombuffer(symbols, dtype=np.uint32), end
+    bits = unpack_bits(data, 8 * len(data))[start:]
+    symbols, used = _decode_bits(bits, lengths, count)
+    return symbols, start + used
+
+
+def _decode_bits(bits, lengths, count):
+    """numpy twin of the native decoder on a 0/1 array -> (symbols, bits consumed)."""
     width = int(lengths.max())
     table_sym = np.zeros(1 << width, dtype=np.int64)
     table_len = np.zeros(1 << width, dtype=np.int64)

@@ -1,39 +1,54 @@
 """Error feedback (the "memory" role of GRACE): what a rank did not deliver is added back later.
 
 The residual is the compensated gradient minus what the receivers will actually reconstruct
-from this rank's payload (the payload decoded again), so every loss is fed back: the
-sparsifier's, and the lossy codecs' (Bloom false positives, fitting, quantisation).
+from this rank's payload (the encoder reports those values), so every loss is fed back: the
+sparsifier's, and the lossy codecs' (Bloom false positives, fitting, quantisation). Buffers are
+updated in place: compensation writes gradient + residual into the residual buffer (fused with
+selection in the native engine), and delivery subtracts what was sent.
 """
 import numpy as np
 
 from .errors import DeepReduceError
+from .scatter import scatter_add
 
 
 class ResidualMemory:
-    """Residuals keyed by tensor name."""
+    """Residuals keyed by tensor name, float32, one buffer per name."""
 
-    def __init__(self, decay=1.0):
-        if not 0 < decay <= 1:
-            raise DeepReduceError(f"decay must be in (0, 1], not {decay!r}")
-        self.decay = decay
+    def __init__(self):
         self._residuals = {}
 
-    def compensate(self, name, gradient):
-        """gradient plus the residual kept for this name (a new array)."""
+    def buffer(self, name, shape):
+        """The residual buffer of `name` (zeros the first time), to compensate into in place."""
+        shape = tuple(shape)
         residual = self._residuals.get(name)
         if residual is None:
-            return np.array(gradient, dtype=np.float32, copy=True)
-        if residual.shape != np.shape(gradient):
+            residual = self._residuals[name] = np.zeros(shape, dtype=np.float32)
+        elif residual.shape != shape:
             raise DeepReduceError(f"tensor {name!r} changed shape from {residual.shape} to "
-                                  f"{np.shape(gradient)}; call reset()")
-        return gradient + self.decay * residual
+                                  f"{shape}; call reset()")
+        return residual
 
-    def update(self, name, compensated, delivered):
-        """Keep compensated - delivered (both dense) for the next step."""
-        self._residuals[name] = np.asarray(compensated, np.float32) - np.asarray(delivered, np.float32)
+    def compensate(self, name, gradient):
+        """residual += gradient, in place; -> the buffer (the compensated gradient)."""
+        residual = self.buffer(name, np.shape(gradient))
+        residual += np.asarray(gradient, dtype=np.float32)
+        return residual
+
+    def deliver(self, name, positions, values):
+        """Receivers got `values` at flat `positions`: the rest stays for the next step."""
+        scatter_add(self._residuals[name].reshape(-1), positions, values, -1.0)
+
+    def deliver_dense(self, name, delivered):
+        """Receivers got the whole (compensated) tensor as `delivered`."""
+        residual = self._residuals[name]
+        residual -= np.asarray(delivered, dtype=np.float32).reshape(residual.shape)
 
     def residual(self, name):
         return self._residuals.get(name)
+
+    def names(self):
+        return set(self._residuals)
 
     def reset(self, name=None):
         if name is None:

@@ -1,14 +1,11 @@
-"""General-purpose byte compressors with bounded decompression (no zip bombs).
+"""zlib with bounded decompression (no zip bombs, no trailing bytes).
 
-Each `unpack_*` returns exactly `expected` bytes or raises DeepReduceError; it never inflates
-past that.
+`inflate` returns exactly `expected` bytes or raises DeepReduceError; it never inflates past
+that and refuses bytes after the end of the stream.
 """
-import lzma
 import zlib
 
 from .errors import DeepReduceError
-
-_LZMA_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 6, "dict_size": 1 << 22}]
 
 
 def deflate(data, level=9):
@@ -21,21 +18,6 @@ def inflate(data, expected):
         out = stream.decompress(bytes(data), expected)
     except zlib.error as exc:
         raise DeepReduceError(f"deflate stream corrupted: {exc}") from None
-    if len(out) != expected or stream.unconsumed_tail or not stream.eof:
+    if len(out) != expected or stream.unconsumed_tail or not stream.eof or stream.unused_data:
         raise DeepReduceError(f"deflate stream holds other than the {expected} bytes declared")
-    return out
-
-
-def lzma_pack(data):
-    return lzma.compress(bytes(data), format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
-
-
-def lzma_unpack(data, expected):
-    stream = lzma.LZMADecompressor(format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
-    try:
-        out = stream.decompress(bytes(data), max_length=expected)
-    except lzma.LZMAError as exc:
-        raise DeepReduceError(f"lzma stream corrupted: {exc}") from None
-    if len(out) != expected or not stream.eof and not stream.needs_input:
-        raise DeepReduceError(f"lzma stream holds other than the {expected} bytes declared")
     return out

@@ -1,19 +1,21 @@
 """TensorFlow 2: DeepReduce as a `horovod.tensorflow` compression (Horovod 0.28.1, unpatched).
 
-    tape = hvd.DistributedGradientTape(tape, compression=DeepReduce(sparsifier="topk",
-                                       ratio=0.01, index="bloom", value="qsgd"))
-    opt = horovod.tensorflow.keras.DistributedOptimizer(opt, compression=DeepReduce(...))
+    tape = hvd.DistributedGradientTape(tape, compression=DeepReduce())
+    opt = horovod.tensorflow.keras.DistributedOptimizer(opt, compression=DeepReduce())
 
 Works eagerly and inside tf.function: encoding and decoding run as `tf.numpy_function` ops
-around the shared numpy core, and the payload travels through Horovod's TF allgather op. As in
-the PyTorch wrapper, the allreduce Horovod performs only carries a one-element placeholder
-holding 1/size, whose reduced value is the factor the decoded sum needs (hvd.Average,
-hvd.Sum, gradient_predivide_factor). Payloads are the same bytes as PyTorch's.
+around the shared numpy core, and payloads travel through Horovod's TF allgather on the
+caller's process set. As in the PyTorch wrapper, the planner picks per tensor between
+Horovod's own allreduce (fp32 or fp16) and a sparse allgather whose allreduced one-element
+placeholder carries the factor the decoded sum needs (hvd.Average, hvd.Sum,
+gradient_predivide_factor). Inside a traced function that choice is made when the function
+is traced (the graph's structure is fixed then); the codec of a sparse tensor is still chosen
+at every step. Payloads are the same bytes as PyTorch's.
 
-Residual memory is keyed by the name Horovod was given or, in graph mode, by the gradient
-tensor's graph name (stable across steps of one traced function); eager tensors without a
-name get no error feedback. Passed through unchanged: tensors below `min_size` elements,
-integer tensors and tf.IndexedSlices (Horovod allgathers those itself).
+Residual memory and the planner are keyed by the name Horovod was given or, in a graph, the
+gradient tensor's graph name (stable across steps of one traced function; Horovod's
+DistributedGradientTape traces its allreduce, so its gradients are named too). Passed through
+unchanged: integer tensors and tf.IndexedSlices (Horovod allgathers those itself).
 
 Keras: Horovod 0.28.1 predates Keras 3, so use tf-keras (`pip install tf-keras`, and
 `TF_USE_LEGACY_KERAS=1` before importing TensorFlow) with
@@ -21,74 +23,99 @@ Keras: Horovod 0.28.1 predates Keras 3, so use tf-keras (`pip install tf-keras`,
 DistributedGradientTape; for Keras 3 models take gradients with a plain tf.GradientTape and
 reduce them with `allreduce_gradients` below, then apply them with the Keras optimizer.
 """
-import sys
+import time
 
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from .compressor import PipelineOwner
+from .errors import DeepReduceError
+from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
+from .wrapper import DeepReduceBase, horovod_caller
 
 
-def _given_name():
-    """The `name` argument of the Horovod allreduce that called compress, if any."""
-    frame = sys._getframe(2)  # 0: here, 1: DeepReduce.compress, 2: Horovod's caller
-    for _ in range(2):
-        if frame is None:
-            return None
-        local = frame.f_locals
-        if "compression" in local and "name" in local:
-            return local["name"] if isinstance(local["name"], str) else None
-        frame = frame.f_back
-    return None
-
-
-def allreduce_gradients(gradients, variables, compression, op=hvd.Average):
+def allreduce_gradients(gradients, variables, compression, op=hvd.Average,
+                        process_set=hvd.global_process_set):
     """Reduce a list of gradients with `hvd.allreduce`, named after their variables (so
     residual memory is per variable in eager mode too). Works for Keras 3 variables, which
     Horovod 0.28.1's DistributedGradientTape cannot handle; None gradients stay None."""
     return [None if g is None else
-            hvd.allreduce(g, op=op, compression=compression,
+            hvd.allreduce(g, op=op, compression=compression, process_set=process_set,
                           name="DeepReduce.grad." + getattr(v, "path", v.name).replace(":", "_"))
             for g, v in zip(gradients, variables)]
 
 
-class DeepReduce(PipelineOwner, Compressor):
-    """Sparsify, encode and allgather gradients; see the module docstring. Keyword arguments
-    configure the `deepreduce_hvd.Pipeline` (sparsifier, ratio, index, value, memory, ...)."""
+class DeepReduce(DeepReduceBase, Compressor):
+    """A horovod.tensorflow compression; see the module docstring. Keyword arguments are
+    those of deepreduce_hvd.wrapper.DeepReduceBase (sparsifier, ratio, index, value, memory,
+    min_size, objective, bandwidth, process_set, seed)."""
 
     def compress(self, tensor):
+        name, caller_set = horovod_caller()
+        process_set = self._process_set(caller_set)
         size = tensor.shape.num_elements()
-        if (isinstance(tensor, tf.IndexedSlices) or size is None
-                or not self.pipeline.compresses(size, tensor.dtype.is_floating)):
+        if isinstance(tensor, tf.IndexedSlices) or size is None:
             self._count_passed_through(size or 0, tensor.dtype.size)
             return tensor, None
-        key = _given_name() or (None if tf.executing_eagerly() else tensor.name)
-        pipeline = self.pipeline
+        eager = tf.executing_eagerly()
+        name = name or (None if eager else tensor.name)
+        key = name if name is not None else f"unnamed:{tuple(tensor.shape)}:{tensor.dtype.name}"
+        with tf.init_scope():  # calibration (once) runs eagerly, also while tracing
+            planner = self.planner(process_set)
+        plan = planner.plan(key, size, tensor.dtype.is_floating)
+        if plan.kind == PASS:
+            self._count_passed_through(size, tensor.dtype.size)
+            return tensor, None
+        if name is None:
+            self._warn_unnamed()
+        pipeline, ranks = self.pipeline, self._set_size(process_set)
+        if plan.kind != ALLGATHER:
+            half = plan.kind == ALLREDUCE_FP16
+            sent = tf.numpy_function(lambda dense: pipeline.compress_dense(name, dense, half),
+                                     [tensor], tf.float16 if half else tf.float32, stateful=True)
+            sent.set_shape(tensor.shape)
+            return sent, ("dense", tensor.dtype, key, plan)
+        plans = {}
 
         def encode(dense):
-            return np.frombuffer(pipeline.compress(key, dense), dtype=np.uint8)
+            step = plan if eager else planner.plan(key, dense.size, True, kinds=(ALLGATHER,))
+            plans["current"] = step
+            return np.frombuffer(pipeline.compress(name, dense, step.codec), dtype=np.uint8)
 
         payload = tf.numpy_function(encode, [tensor], tf.uint8, stateful=True)
         payload.set_shape([None])
-        gathered = hvd.allgather(payload)
-        placeholder = tf.fill([1], tf.constant(1.0 / hvd.size(), tf.float32))
-        return placeholder, (gathered, tensor.shape, tensor.dtype)
+        gathered = hvd.allgather(payload, process_set=process_set)
+        placeholder = tf.fill([1], tf.constant(1.0 / ranks, tf.float32))
+        return placeholder, ("sparse", gathered, tensor.shape, tensor.dtype, key, plans, ranks)
 
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
-        gathered, shape, dtype = ctx
-        pipeline, ranks = self.pipeline, hvd.size()
+        if ctx[0] == "dense":
+            _, dtype, key, plan = ctx
+            return tf.cast(tensor, dtype)
+        _, gathered, shape, dtype, key, plans, ranks = ctx
+        pipeline, planner = self.pipeline, self.planner()
         dtype_name = dtype.as_numpy_dtype().dtype.name
 
         def decode(frames, scale):
-            total = pipeline.decompress(frames, tuple(shape), dtype_name, ranks)
+            start = time.perf_counter()
+            total, received = pipeline.decompress(frames, tuple(shape), dtype_name, ranks, key)
+            planner.observe(key, plans["current"], received, time.perf_counter() - start)
             return total * scale[0]
 
         out = tf.numpy_function(decode, [gathered, tensor], tf.float32, stateful=True)
         return tf.cast(tf.reshape(out, shape), dtype)
+
+    def _process_set(self, caller_set):
+        if caller_set is None:
+            return self.process_set or hvd.global_process_set
+        if self.process_set is not None and caller_set.process_set_id != self.process_set.process_set_id:
+            raise DeepReduceError(
+                f"DeepReduce(process_set={self.process_set.process_set_id}) was handed a tensor "
+                f"reduced over process set {caller_set.process_set_id}; give both the same set")
+        return caller_set
 
     def _count_passed_through(self, size, itemsize):
         if tf.executing_eagerly():
@@ -100,3 +127,27 @@ class DeepReduce(PipelineOwner, Compressor):
             return np.int32(0)
 
         tf.numpy_function(count, [], tf.int32, stateful=True)  # runs each step (stateful op)
+
+    # ---- collectives for calibration (run eagerly) ----
+    def _set_size(self, process_set):
+        return (process_set or self.process_set or hvd.global_process_set).size()
+
+    def _broadcast_object(self, obj, process_set):
+        process_set = process_set or hvd.global_process_set
+        root = min(process_set.ranks) if process_set.ranks else 0
+        return hvd.broadcast_object(obj, root_rank=root, name="DeepReduce.calibration",
+                                    process_set=process_set)
+
+    def _time_allreduce(self, elements, process_set, name):
+        tensor = tf.zeros([elements], tf.float32)
+        start = time.perf_counter()
+        hvd.allreduce(tensor, name=f"DeepReduce.calibrate.{name}",
+                      process_set=process_set or hvd.global_process_set).numpy()
+        return time.perf_counter() - start
+
+    def _time_allgather(self, elements, process_set, name):
+        tensor = tf.zeros([elements], tf.float32)
+        start = time.perf_counter()
+        hvd.allgather(tensor, name=f"DeepReduce.calibrate.{name}",
+                      process_set=process_set or hvd.global_process_set).numpy()
+        return time.perf_counter() - start

@@ -1,89 +1,154 @@
 """PyTorch: DeepReduce as a drop-in `horovod.torch` compression (Horovod 0.28.1, unpatched).
 
-    compression = DeepReduce(sparsifier="topk", ratio=0.01, index="bloom", value="qsgd",
-                             memory="residual")
+    compression = DeepReduce()                      # time-aware, top-k 1%, error feedback
+    compression.name_parameters(model.named_parameters())
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
 
-Horovod allreduces whatever `compress` returns, and sparse payloads cannot be summed. So
-`compress` starts an allgather of the payload itself (a uint8 CPU tensor) and hands the
-allreduce a one-element placeholder holding 1/size; `decompress` waits for the allgather,
-decodes and sums every rank's payload, and multiplies by the allreduced placeholder. That
-placeholder has gone through Horovod's own op and scale factors, so it is exactly the factor
-the sum needs: 1/size for hvd.Average, 1 for hvd.Sum, gradient_predivide_factor included.
-(Only Average and Sum are meaningful for gradients; Min, Max, Product and Adasum are not
-supported.)
+Horovod allreduces whatever `compress` returns. For each tensor the planner (see
+deepreduce_hvd.planner) picks the way it travels, identically on every rank:
+- Horovod's own allreduce: `compress` returns the error-compensated tensor (fp32 or fp16)
+  and `decompress` casts it back;
+- a sparse allgather: `compress` starts an allgather of the payload (a uint8 CPU tensor) on
+  the same process set and hands the allreduce a one-element placeholder holding 1/size;
+  `decompress` waits for the allgather, decodes and sums every rank's payload and multiplies
+  by the reduced placeholder, which has gone through Horovod's own op and scale factors:
+  1/size for hvd.Average, 1 for hvd.Sum, gradient_predivide_factor included. (Min, Max,
+  Product and Adasum are not supported.)
 
-Collectives are named after the parameter Horovod is reducing, so names agree across ranks
-whatever order backward hooks fire in: `compress` reads the parameter from Horovod's calling
-frame (`_allreduce_grad_async`, `_grouped_allreduce_grad_async`, or `hvd.allreduce(...,
-name=...)`). Unnamed direct calls use Horovod's own call counter. Residual memory is keyed by
-the same name.
+Names key the residual memory and the planner, and name the allgathers so that ranks match
+them whatever order backward hooks fire in. `name_parameters` tags each gradient with its
+parameter's name (a post-accumulate-grad hook, which runs before Horovod's); `named(t, n)`
+tags a tensor for a direct hvd.allreduce; otherwise the name is read from Horovod's calling
+frame, and a tensor left without a name gets no error feedback (with a warning).
 
-Passed through unchanged (and exact): tensors below `min_size` elements, integer tensors and
-sparse-layout gradients. CUDA tensors are moved to the host for encoding and the result is
-returned on their device.
+Process sets: the payload travels on the process set of the optimizer or allreduce that called
+`compress` (or the `process_set=` given here; a different one raises DeepReduceError).
+Passed through unchanged (and exact): integer tensors and sparse-layout gradients. CUDA
+tensors are sparsified on the host (see the README for the device path).
 """
-import sys
+import time
 
 import horovod.torch as hvd
 import numpy as np
 import torch
 from horovod.torch.compression import Compressor
 
-from .compressor import PipelineOwner
+from .errors import DeepReduceError
+from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
+from .wrapper import DeepReduceBase, horovod_caller
+
+_NAME_ATTR = "_deepreduce_name"
 
 
-def _collective_name():
-    """The parameter name of the Horovod call that invoked compress (None if unnamed)."""
-    frame = sys._getframe(2)  # 0: here, 1: DeepReduce.compress, 2: Horovod's caller
-    for _ in range(3):
-        if frame is None:
-            return None
-        local = frame.f_locals
-        if "p" in local:  # the optimizer, or the comprehension inside its grouped path
-            for owner_frame in (frame, frame.f_back):
-                names = getattr(owner_frame.f_locals.get("self"), "_parameter_names", None)
-                if names is not None:
-                    return names.get(local["p"])
-        if "compression" in local and "name" in local:  # hvd.allreduce / grouped_allreduce
-            return local["name"] if isinstance(local["name"], str) else None
-        frame = frame.f_back
-    return None
+def named(tensor, name):
+    """Tag a tensor with the name DeepReduce keys its residual and collective by."""
+    setattr(tensor, _NAME_ATTR, str(name))
+    return tensor
 
 
 class _Pending:
-    """What decompress needs: the allgather in flight and the original tensor's metadata."""
-    __slots__ = ("handle", "shape", "dtype", "device", "dtype_name")
+    """What decompress needs about the tensor that compress took."""
+    __slots__ = ("handle", "shape", "dtype", "device", "dtype_name", "name", "plan", "ranks")
 
-    def __init__(self, handle, tensor, dtype_name):
+    def __init__(self, handle, tensor, dtype_name, name, plan, ranks):
         self.handle, self.shape, self.dtype = handle, tuple(tensor.shape), tensor.dtype
-        self.device, self.dtype_name = tensor.device, dtype_name
+        self.device, self.dtype_name, self.name = tensor.device, dtype_name, name
+        self.plan, self.ranks = plan, ranks
 
 
-class DeepReduce(PipelineOwner, Compressor):
-    """Sparsify, encode and allgather gradients; see the module docstring. Keyword arguments
-    configure the `deepreduce_hvd.Pipeline` (sparsifier, ratio, index, value, memory, ...)."""
+class DeepReduce(DeepReduceBase, Compressor):
+    """A horovod.torch compression; see the module docstring. Keyword arguments are those of
+    deepreduce_hvd.wrapper.DeepReduceBase (sparsifier, ratio, index, value, memory, min_size,
+    objective, bandwidth, process_set, seed)."""
+
+    def name_parameters(self, named_parameters):
+        """Tag every gradient of these parameters with the parameter's name (call it with the
+        same named_parameters given to hvd.DistributedOptimizer). Returns self."""
+        for name, param in named_parameters:
+            if param.requires_grad:
+                param.register_post_accumulate_grad_hook(
+                    lambda p, name=name: named(p.grad, name) if p.grad is not None else None)
+        return self
 
     def compress(self, tensor):
-        if (tensor.is_sparse or not tensor.dtype.is_floating_point
-                or not self.pipeline.compresses(tensor.numel(), True)):
+        name, caller_set = horovod_caller()
+        name = getattr(tensor, _NAME_ATTR, None) or name
+        process_set = self._process_set(caller_set)
+        if tensor.is_sparse:
             self.pipeline.passed_through(tensor.numel(), tensor.element_size())
             return tensor, None
-        name = _collective_name()
+        key = name if name is not None else f"unnamed:{tuple(tensor.shape)}:{tensor.dtype}"
+        plan = self.planner(process_set).plan(key, tensor.numel(), tensor.dtype.is_floating_point)
+        if plan.kind == PASS:
+            self.pipeline.passed_through(tensor.numel(), tensor.element_size())
+            return tensor, None
+        if name is None:
+            self._warn_unnamed()
         host = tensor.detach().to("cpu")
         if host.dtype == torch.bfloat16:
             host = host.float()
-        frame = self.pipeline.compress(name, host.numpy())
+        dtype_name = host.numpy().dtype.name
+        ranks = self._set_size(process_set)
+        if plan.kind != ALLGATHER:
+            sent = self.pipeline.compress_dense(name, host.numpy(), plan.kind == ALLREDUCE_FP16)
+            return (torch.from_numpy(sent).to(tensor.device),
+                    _Pending(None, tensor, dtype_name, key, plan, ranks))
+        frame = self.pipeline.compress(name, host.numpy(), plan.codec)
         gathered = hvd.allgather_async(torch.frombuffer(bytearray(frame), dtype=torch.uint8),
-                                       name=None if name is None else f"DeepReduce.{name}")
-        placeholder = torch.full((1,), 1.0 / hvd.size(), dtype=torch.float32)
-        return placeholder, _Pending(gathered, tensor, host.numpy().dtype.name)
+                                       name=f"DeepReduce.{key}", process_set=process_set)
+        placeholder = torch.full((1,), 1.0 / ranks, dtype=torch.float32)
+        return placeholder, _Pending(gathered, tensor, dtype_name, key, plan, ranks)
 
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
+        planner = self.planner()
+        if ctx.handle is None:  # Horovod's own allreduce carried it
+            planner.observe(ctx.name, ctx.plan, (), 0.0)
+            return tensor.to(dtype=ctx.dtype)
         gathered = hvd.synchronize(ctx.handle)
-        total = self.pipeline.decompress(gathered.numpy(), ctx.shape, ctx.dtype_name, hvd.size())
+        start = time.perf_counter()
+        total, received = self.pipeline.decompress(gathered.numpy(), ctx.shape, ctx.dtype_name,
+                                                   ctx.ranks, ctx.name)
+        planner.observe(ctx.name, ctx.plan, received, time.perf_counter() - start)
         total *= np.float32(tensor.item())
         return torch.from_numpy(total).to(device=ctx.device, dtype=ctx.dtype)
+
+    def _process_set(self, caller_set):
+        """The set the payload must travel on: the caller's; a different explicit one cannot
+        work (the placeholder and the payload would go to different ranks)."""
+        if caller_set is None:
+            return self.process_set or hvd.global_process_set
+        if self.process_set is not None and caller_set.process_set_id != self.process_set.process_set_id:
+            raise DeepReduceError(
+                f"DeepReduce(process_set={self.process_set.process_set_id}) was handed a tensor "
+                f"reduced over process set {caller_set.process_set_id}; give both the same set")
+        return caller_set
+
+    # ---- collectives for calibration ----
+    def _set_size(self, process_set):
+        return (process_set or self.process_set or hvd.global_process_set).size()
+
+    def _broadcast_object(self, obj, process_set):
+        return hvd.broadcast_object(obj, root_rank=self._root(process_set),
+                                    name="DeepReduce.calibration",
+                                    process_set=process_set or hvd.global_process_set)
+
+    def _root(self, process_set):
+        ranks = (process_set or hvd.global_process_set).ranks
+        return min(ranks) if ranks else 0
+
+    def _time_allreduce(self, elements, process_set, name):
+        tensor = torch.zeros(elements, dtype=torch.float32)
+        start = time.perf_counter()
+        hvd.allreduce(tensor, name=f"DeepReduce.calibrate.{name}",
+                      process_set=process_set or hvd.global_process_set)
+        return time.perf_counter() - start
+
+    def _time_allgather(self, elements, process_set, name):
+        tensor = torch.zeros(elements, dtype=torch.float32)
+        start = time.perf_counter()
+        hvd.allgather(tensor, name=f"DeepReduce.calibrate.{name}",
+                      process_set=process_set or hvd.global_process_set)
+        return time.perf_counter() - start

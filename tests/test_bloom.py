@@ -33,7 +33,7 @@ def test_sizing_agrees_with_pybloom_live(count, fpr):
     assert abs(m - reference.num_bits) <= reference.num_slices
 
 
-@pytest.mark.skipif(native.bloom is None, reason="C++ op not built")
+@pytest.mark.skipif(native.engine is None, reason="C++ op not built")
 @pytest.mark.parametrize("count,size,seed", [(1, 1, 0), (500, 70_000, 3), (20_000, 2_000_000, 2**63)])
 def test_native_and_numpy_bit_identical(count, size, seed, rng):
     m, h = bloom_filter.parameters(count, size)

@@ -17,10 +17,11 @@ def test_same_payload_from_torch_and_tensorflow():
     pipeline = dr.Pipeline(**config)
     from_tf = tf.numpy_function(lambda x: np.frombuffer(pipeline.compress("w", x), np.uint8),
                                 [tf.constant(dense)], tf.uint8).numpy().tobytes()
-    assert from_torch == from_tf
+    strip = lambda frame: frame[:13] + frame[21:]  # noqa: E731 - without the two timings
+    assert strip(from_torch) == strip(from_tf)
     # and what one framework sent, the other decodes to the same sparse tensor
-    got_tf = dr.Pipeline(**config).decompress(from_torch, dense.shape, "float32", ranks=1)
-    got_torch = dr.Pipeline(**config).decompress(from_tf, dense.shape, "float32", ranks=1)
+    got_tf, _ = dr.Pipeline(**config).decompress(from_torch, dense.shape, "float32", ranks=1)
+    got_torch, _ = dr.Pipeline(**config).decompress(from_tf, dense.shape, "float32", ranks=1)
     np.testing.assert_array_equal(got_tf, got_torch)
     values, indices = dr.topk(dense, 0.05)
     assert np.count_nonzero(got_tf) <= indices.size

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import deepreduce_hvd as dr
-from deepreduce_hvd.codec import MAGIC, VERSION
+from deepreduce_hvd.payload import MAGIC, VERSION
 
 CODECS = ["raw", "bitmap", "rle", "huffman", "deflate", "varint", "golomb", "entropy", "bloom",
           {"id": "bloom", "policy": "conflict"}, {"id": "huffman", "extra_bits": 3}]

@@ -12,12 +12,12 @@ import deepreduce_hvd as dr
     dict(index="entropy", value="polyfit"),
 ])
 def test_delivered_plus_residual_conserves_the_gradient_sum(config, rng):
-    pipeline = dr.Pipeline(ratio=0.02, memory="residual", **config)
+    pipeline = dr.Pipeline(ratio=0.02, **config)
     shape, total_grad, total_delivered = (60, 70), 0, 0
     for step in range(6):
         grad = rng.standard_normal(shape).astype(np.float32)
         frame = pipeline.compress("w", grad)
-        delivered = pipeline.decompress(frame, shape, "float32", ranks=1)
+        delivered, _ = pipeline.decompress(frame, shape, "float32", ranks=1)
         total_grad, total_delivered = total_grad + grad, total_delivered + delivered
     residual = pipeline.memory.residual("w")
     np.testing.assert_allclose(total_delivered + residual, total_grad, rtol=1e-4, atol=1e-4)
@@ -26,8 +26,8 @@ def test_delivered_plus_residual_conserves_the_gradient_sum(config, rng):
 
 def test_residual_includes_the_codec_loss(rng):
     grad = rng.standard_normal(5000).astype(np.float32)
-    lossy = dr.Pipeline(ratio=0.05, value={"id": "qsgd", "bits": 3}, memory="residual")
-    exact = dr.Pipeline(ratio=0.05, value="raw", memory="residual")
+    lossy = dr.Pipeline(ratio=0.05, value={"id": "qsgd", "bits": 3})
+    exact = dr.Pipeline(ratio=0.05, value="raw")
     lossy.compress("g", grad)
     exact.compress("g", grad)
     values, indices = dr.topk(grad, 0.05)
@@ -37,13 +37,17 @@ def test_residual_includes_the_codec_loss(rng):
     assert np.any(lossy.memory.residual("g")[selected] != 0)   # plus quantisation loss
 
 
-def test_memory_checks_shape_and_keys():
+def test_memory_compensates_and_delivers_in_place():
     memory = dr.ResidualMemory()
-    memory.update("a", np.ones(3), np.zeros(3))
-    np.testing.assert_array_equal(memory.compensate("a", np.ones(3)), 2 * np.ones(3))
-    np.testing.assert_array_equal(memory.compensate("b", np.ones(3)), np.ones(3))
+    buffer = memory.compensate("a", np.ones(4))
+    memory.deliver("a", np.array([1, 3]), np.array([1.0, 0.5]))
+    np.testing.assert_array_equal(memory.residual("a"), [1, 0, 1, 0.5])
+    assert memory.compensate("a", np.ones(4)) is buffer  # the same buffer, updated in place
+    np.testing.assert_array_equal(buffer, [2, 1, 2, 1.5])
+    memory.deliver_dense("a", buffer.copy())
+    np.testing.assert_array_equal(memory.residual("a"), 0)
     with pytest.raises(dr.DeepReduceError, match="changed shape"):
-        memory.compensate("a", np.ones(4))
+        memory.compensate("a", np.ones(5))
     memory.reset("a")
     assert memory.residual("a") is None
 
@@ -77,7 +81,7 @@ def test_delivered_is_what_decode_gives(index, value, rng):
     dense = rng.standard_normal(20_000).astype(np.float32)
     values, indices = dr.topk(dense, 0.02)
     codec = dr.SparseCodec(index=index, value={"id": "qsgd", "seed": 1} if value == "qsgd" else value)
-    payload, (v, i) = codec.encode(values, indices, dense.shape, dense=dense, delivered=True)
+    payload, i, v = codec.encode_full(values, indices, dense.shape, dense=dense)
     v2, i2, _ = dr.decode(payload)
     np.testing.assert_array_equal(i, i2)
     np.testing.assert_array_equal(v, v2)
@@ -85,20 +89,20 @@ def test_delivered_is_what_decode_gives(index, value, rng):
 
 def test_randomk_with_seeded_index_sends_only_values(rng):
     grad = rng.standard_normal(100_000).astype(np.float32)
-    pipeline = dr.Pipeline(sparsifier="randomk", ratio=0.01, index="seeded")
+    pipeline = dr.Pipeline(sparsifier="randomk", ratio=0.01, index="seeded", value="raw")
     frame = pipeline.compress("w", grad)
     assert len(frame) < 4 * 1000 + 64  # 1000 float32 values and headers, no index bytes
-    got = pipeline.decompress(frame, grad.shape, "float32", ranks=1)
+    got, _ = pipeline.decompress(frame, grad.shape, "float32", ranks=1)
     selected = np.flatnonzero(got)
     assert selected.size == 1000
     np.testing.assert_array_equal(got[selected], grad[selected])
     second = pipeline.compress("w", grad)  # a new seed each step: other positions
-    assert set(np.flatnonzero(pipeline.decompress(second, grad.shape, "float32", 1))) != set(selected)
+    assert set(np.flatnonzero(pipeline.decompress(second, grad.shape, "float32", 1)[0])) != set(selected)
 
 
 def test_threshold_zero_sends_exactly_the_nonzeros(rng):
     grad = np.zeros((300, 40), np.float32)
     grad[rng.choice(300, 20, replace=False)] = rng.standard_normal((20, 40))
-    pipeline = dr.Pipeline(sparsifier="threshold", threshold=0.0, index="entropy")
-    got = pipeline.decompress(pipeline.compress("emb", grad), grad.shape, "float32", ranks=1)
+    pipeline = dr.Pipeline(sparsifier="threshold", threshold=0.0, index="entropy", value="raw")
+    got, _ = pipeline.decompress(pipeline.compress("emb", grad), grad.shape, "float32", ranks=1)
     np.testing.assert_array_equal(got, grad)

@@ -52,9 +52,18 @@ def test_lossy_codecs_reject_nan_and_inf(value):
         dr.SparseCodec(value=value).encode(values, np.arange(3), (3,))
 
 
-def test_fp16_refuses_values_it_would_turn_into_inf():
-    with pytest.raises(dr.DeepReduceError, match="65504"):
-        dr.SparseCodec(value="fp16").encode(np.array([1e6], np.float32), [0], (1,))
+@pytest.mark.parametrize("scale", [1e-9, 1e-7, 1.0, 1e6, 1e30])
+def test_fp16_bound_holds_at_any_scale(scale, rng):
+    """Scaled by a power of two, fp16 keeps 2**-11 relative error for every value within
+    2**28 of the largest, and absolute error <= max * 2**-39 below that."""
+    values = (rng.standard_t(3, size=4000) * scale).astype(np.float32)
+    values[:3] = [scale * 1e-10, -scale * 1e-12, 0.0]
+    got, _ = roundtrip("fp16", values, np.arange(values.size), values.size)
+    top = np.abs(values).max()
+    normal = np.abs(values) >= top * 2.0 ** -28
+    assert np.all(np.abs(got - values)[normal] <= 2**-11 * np.abs(values[normal]))
+    assert np.all(np.abs(got - values)[~normal] <= top * 2.0 ** -39)
+    assert np.isfinite(got).all()
 
 
 def test_qsgd_is_unbiased(rng):

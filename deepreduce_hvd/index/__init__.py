@@ -1,3 +1,3 @@
 """Index codecs; importing this package registers them all."""
-from . import (auto, bitmap, bloom, deflate, dense, entropy, golomb, huffman, raw, rle,  # noqa: F401
+from . import (bitmap, bloom, deflate, dense, entropy, golomb, huffman, raw, rle,  # noqa: F401
                seeded, varint)

@@ -40,16 +40,17 @@ class BloomIndex(IndexCodec):
         self.policy, self.fpr, self.seed = policy, fpr, int(seed)
         self.lossless = policy == "p0"
 
-    def encode(self, indices, size, dense=None, seed=None):
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
         m, h = bloom_filter.parameters(indices.size, size, self.fpr)
         filt = bloom_filter.insert(indices, m, h, self.seed)
-        positives = bloom_filter.query(filt, m, h, self.seed, size)
+        limit = bloom_filter.max_positives(m, h, indices.size, size, filt)
+        positives = bloom_filter.query(filt, m, h, self.seed, size, limit)
         chosen = select(self.policy, positives, indices.size, filt, m, h, self.seed)
         body = (ByteWriter().u8(POLICIES.index(self.policy)).u8(h).varint(m).varint(self.seed)
                 .varint(indices.size).raw(filt).getvalue())
         return body, indices if np.array_equal(chosen, indices) else chosen
 
-    def decode(self, body, size, count):
+    def decode(self, body, size, count, shape=None):
         reader = ByteReader(body, "bloom indices")
         policy = reader.u8()
         if policy >= len(POLICIES):
@@ -59,9 +60,14 @@ class BloomIndex(IndexCodec):
         seed = reader.varint(limit=2**64 - 1)
         inserted = reader.varint(limit=size)
         filt = reader.rest()
-        if not 1 <= h <= bloom_filter.MAX_HASHES or m == 0 or len(filt) != (m + 7) // 8:
-            raise DeepReduceError(f"bloom: inconsistent filter (m={m}, h={h}, {len(filt)} bytes)")
-        positives = bloom_filter.query(bytes(filt), m, h, seed, size)
+        if (not bloom_filter.plausible(m, h, inserted) or len(filt) != (m + 7) // 8
+                or inserted > count or (policy and inserted != count)):
+            raise DeepReduceError(f"bloom: inconsistent filter (m={m}, h={h}, {len(filt)} bytes, "
+                                  f"{inserted} inserted, {count} values)")
+        # p0 sends a value for every positive: the value count is the cap
+        limit = bloom_filter.max_positives(m, h, inserted, size, bytes(filt))
+        limit = min(limit, count) if policy == 0 else limit
+        positives = bloom_filter.query(bytes(filt), m, h, seed, size, limit)
         if positives.size < inserted:
             raise DeepReduceError("bloom: fewer positives than inserted positions")
         return select(POLICIES[policy], positives, inserted, filt, m, h, seed)
@@ -87,6 +93,4 @@ def smallest_conflict_set(positives, m, h, seed):
     inserted position, so a positive alone in one of its sets (size 1) is certainly true, and
     members of small sets are likelier true than members of large ones.
     """
-    bits = bloom_filter.bit_positions(positives, m, h, seed)
-    members = np.bincount(bits.ravel(), minlength=m)
-    return members[bits].min(axis=1)
+    return bloom_filter.conflict_sizes(positives, m, h, seed)

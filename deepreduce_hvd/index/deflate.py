@@ -20,12 +20,12 @@ class DeflateIndex(IndexCodec):
             raise DeepReduceError(f"level must be 0..9, not {level!r}")
         self.level = level
 
-    def encode(self, indices, size, dense=None, seed=None):
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
         width, data = gap_bytes(to_gaps(indices))
         return bytes([width]) + deflate(data, self.level), indices
 
-    def decode(self, body, size, count):
+    def decode(self, body, size, count, shape=None):
         reader = ByteReader(body, "deflate indices")
-        width = check_gap_width(reader.u8())
+        width = check_gap_width(reader.u8(), size)
         raw = inflate(reader.rest(), count * width)
         return from_gaps(np.frombuffer(raw, dtype=f"<u{width}"), size)

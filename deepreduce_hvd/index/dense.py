@@ -15,12 +15,12 @@ class DenseIndex(IndexCodec):
     codec_id = "dense"
     wire_id = 11
 
-    def encode(self, indices, size, dense=None, seed=None):
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
         if indices.size == size:
             return b"", indices
         return b"", np.arange(size, dtype=np.int64)
 
-    def decode(self, body, size, count):
+    def decode(self, body, size, count, shape=None):
         if len(body) or count != size:
             raise DeepReduceError("dense indices: the payload must carry every element")
         return np.arange(size, dtype=np.int64)

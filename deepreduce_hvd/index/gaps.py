@@ -20,14 +20,19 @@ def from_gaps(gaps, size):
     return indices
 
 
+def narrowest_width(top):
+    """Bytes per gap for gaps up to `top`."""
+    return next(w for w in GAP_WIDTHS if top < 1 << (8 * w))
+
+
 def gap_bytes(gaps):
     """Gaps at the narrowest fixed width -> (width in bytes, little-endian bytes)."""
-    top = int(gaps.max()) if gaps.size else 0
-    width = next(w for w in GAP_WIDTHS if top < 1 << (8 * w))
+    width = narrowest_width(int(gaps.max()) if gaps.size else 0)
     return width, gaps.astype(f"<u{width}").tobytes()
 
 
-def check_gap_width(width):
-    if width not in GAP_WIDTHS:
-        raise DeepReduceError(f"bad gap width {width}")
+def check_gap_width(width, size):
+    """A declared gap width must be one the encoder could have chosen for this tensor."""
+    if width not in GAP_WIDTHS or width > narrowest_width(max(size - 1, 0)):
+        raise DeepReduceError(f"bad gap width {width} for a tensor of {size} elements")
     return width

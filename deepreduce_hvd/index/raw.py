@@ -11,11 +11,11 @@ class RawIndex(IndexCodec):
     codec_id = "raw"
     wire_id = 1
 
-    def encode(self, indices, size, dense=None, seed=None):
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
         dtype = "<i4" if size <= 2**31 else "<i8"
         return indices.astype(dtype).tobytes(), indices
 
-    def decode(self, body, size, count):
+    def decode(self, body, size, count, shape=None):
         width = 4 if size <= 2**31 else 8
         if len(body) != count * width:
             raise DeepReduceError(f"raw indices: {len(body)} bytes for {count} positions")

@@ -4,7 +4,7 @@ Every run length takes ceil(log2(longest run + 1)) bits; the final run of zeros 
 """
 import numpy as np
 
-from ..bits import bit_length, bits_to_fixed, fixed_to_bits, pack_bits, unpack_bits
+from ..bits import bit_length, expect_stream_end, pack_fixed, read_fixed
 from ..codec_base import IndexCodec
 from ..errors import DeepReduceError
 from ..registry import register
@@ -16,7 +16,7 @@ class RunLengthIndex(IndexCodec):
     codec_id = "rle"
     wire_id = 3
 
-    def encode(self, indices, size, dense=None, seed=None):
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
         runs = np.zeros(0, dtype=np.uint64)
         if indices.size:
             breaks = np.flatnonzero(np.diff(indices) != 1) + 1
@@ -26,16 +26,17 @@ class RunLengthIndex(IndexCodec):
             runs = np.stack([zeros, ones], axis=1).ravel().astype(np.uint64)
         width = int(bit_length(runs.max())) if runs.size else 0
         out = ByteWriter().u8(width).varint(runs.size // 2)
-        return out.raw(pack_bits(fixed_to_bits(runs, width))).getvalue(), indices
+        return out.raw(pack_fixed(runs, width)).getvalue(), indices
 
-    def decode(self, body, size, count):
+    def decode(self, body, size, count, shape=None):
         reader = ByteReader(body, "rle indices")
         width = reader.u8()
         pairs = reader.varint(limit=count)
         if width > 63 or (pairs and width == 0):
             raise DeepReduceError(f"rle: bad run width {width}")
-        bits = unpack_bits(reader.rest(), 2 * pairs * width)
-        runs = bits_to_fixed(bits, 2 * pairs, width).reshape(pairs, 2)
+        data = reader.rest()
+        runs = read_fixed(data, 0, 2 * pairs, width).reshape(pairs, 2)
+        expect_stream_end(data, 2 * pairs * width, "rle runs")
         zeros, ones = runs[:, 0], runs[:, 1]
         if runs.size and int(runs.max()) > size or int(ones.sum()) != count or int(runs.sum()) > size:
             raise DeepReduceError("rle: run lengths disagree with the header")

@@ -17,7 +17,7 @@ class SeededIndex(IndexCodec):
     def __init__(self, seed=0):
         self.seed = seed
 
-    def encode(self, indices, size, dense=None, seed=None):
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
         seed = self.seed if seed is None else seed
         if not np.array_equal(random_positions(size, indices.size, seed), indices):
             raise DeepReduceError(
@@ -25,7 +25,7 @@ class SeededIndex(IndexCodec):
                 "these indices differ (pass the seed used by the sparsifier as seed=)")
         return ByteWriter().varint(seed).getvalue(), indices
 
-    def decode(self, body, size, count):
+    def decode(self, body, size, count, shape=None):
         reader = ByteReader(body, "seeded indices")
         seed = reader.varint(limit=2**64 - 1)
         reader.expect_end()

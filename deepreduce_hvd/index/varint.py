@@ -10,8 +10,8 @@ class VarintIndex(IndexCodec):
     codec_id = "varint"
     wire_id = 5
 
-    def encode(self, indices, size, dense=None, seed=None):
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
         return varint_bytes(to_gaps(indices)), indices
 
-    def decode(self, body, size, count):
+    def decode(self, body, size, count, shape=None):
         return from_gaps(varint_array(body, count), size)

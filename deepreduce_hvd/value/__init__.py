@@ -1,2 +1,2 @@
 """Value codecs; importing this package registers them all."""
-from . import auto, bf16, deflate, dexp, entropy, fp16, polyfit, qsgd, raw  # noqa: F401
+from . import bf16, deflate, dexp, entropy, fp16, polyfit, qsgd, raw  # noqa: F401

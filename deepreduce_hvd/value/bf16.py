@@ -2,7 +2,7 @@
 error <= 2**-8). NaN and Inf are preserved."""
 import numpy as np
 
-from ..codec_base import ValueCodec
+from ..codec_base import ValueCodec, ValueEncoding
 from ..registry import register
 from .checks import expect_size
 
@@ -16,17 +16,24 @@ def to_bf16_bits(values):
     return rounded
 
 
+def from_bf16_bits(halves, dtype):
+    return (halves.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(dtype)
+
+
 @register("value")
 class Bf16Value(ValueCodec):
     codec_id = "bf16"
     wire_id = 3
     lossless = False
 
+    def min_bits(self, dtype):
+        return 16
+
     def encode(self, values):
         with np.errstate(over="ignore"):
-            return to_bf16_bits(values).astype("<u2").tobytes(), None
+            halves = to_bf16_bits(values).astype("<u2")
+        return ValueEncoding(halves.tobytes(), None, from_bf16_bits(halves, values.dtype))
 
     def decode(self, body, count, dtype):
         expect_size(body, 2 * count, self.codec_id)
-        bits = np.frombuffer(body, dtype="<u2").astype(np.uint32) << np.uint32(16)
-        return bits.view(np.float32).astype(dtype)
+        return from_bf16_bits(np.frombuffer(body, dtype="<u2"), dtype)

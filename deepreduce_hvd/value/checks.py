@@ -1,4 +1,4 @@
-"""Shared guards for lossy value codecs."""
+"""Shared guards for value codecs."""
 import numpy as np
 
 from ..errors import DeepReduceError
@@ -10,6 +10,13 @@ def finite_float32(values, codec_id):
     if not np.isfinite(values).all():
         raise DeepReduceError(f"value codec {codec_id!r} cannot encode NaN or Inf; use 'raw', "
                               "'fp16', 'bf16' or 'deflate', which preserve them")
+    return values
+
+
+def finite_output(values, codec_id):
+    """What a lossy decoder returns must be finite (a hostile body must not make NaN/Inf)."""
+    if not np.isfinite(values).all():
+        raise DeepReduceError(f"{codec_id} values: the body decodes to NaN or Inf")
     return values
 
 

@@ -2,7 +2,7 @@
 mantissa bytes barely do). Exact, NaN and Inf included."""
 import numpy as np
 
-from ..codec_base import ValueCodec
+from ..codec_base import ValueCodec, ValueEncoding
 from ..registry import register
 from ..streams import deflate, inflate
 
@@ -15,7 +15,7 @@ class DeflateValue(ValueCodec):
     def encode(self, values):
         raw = np.ascontiguousarray(values.astype(values.dtype.newbyteorder("<"), copy=False))
         planes = raw.view(np.uint8).reshape(-1, values.dtype.itemsize).T
-        return deflate(planes.tobytes()), None
+        return ValueEncoding(deflate(planes.tobytes()), None, values)
 
     def decode(self, body, count, dtype):
         planes = np.frombuffer(inflate(body, count * dtype.itemsize), dtype=np.uint8)

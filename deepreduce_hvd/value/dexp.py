@@ -4,14 +4,16 @@ Fitted without iterations by the integral-equation method (Jacquelin): y satisfi
 y'' = p*y' + q*y with p = b + d, q = -b*d, so y is linear in its first and second cumulative
 integrals; one 4x4 least-squares system gives p and q, the roots give b and d, and one 2x2
 system gives a and c. Four float32 numbers per run. Best on large tensors (> ~9000 values).
+A run the method cannot fit (an ill-conditioned system, an overflowing curve) is sent as its
+mean instead.
 """
 import numpy as np
 
-from ..codec_base import ValueCodec
+from ..codec_base import ValueCodec, ValueEncoding
 from ..errors import DeepReduceError
 from ..registry import register
 from ..wire import ByteReader, ByteWriter
-from .checks import finite_float32
+from .checks import finite_float32, finite_output
 from .curves import sorted_runs, unit_grid
 
 
@@ -38,6 +40,26 @@ def eval_double_exponential(params, n):
         return a * np.exp(b * x) + c * np.exp(d * x)
 
 
+def fit_run(run, dtype):
+    """float32 parameters for one run whose curve is finite in the values' dtype."""
+    try:
+        with np.errstate(all="ignore"):
+            params = np.array(fit_double_exponential(unit_grid(run.size), run), dtype="<f4")
+        curve = eval_double_exponential(params.astype(np.float64), run.size).astype(dtype)
+        if np.isfinite(params).all() and np.isfinite(curve).all():
+            return params
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+        pass
+    return np.array([run.mean() if run.size else 0.0, 0, 0, 0], dtype="<f4")
+
+
+def evaluate(params, first, count, dtype):
+    """What a receiver reconstructs from the two runs' parameters."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.concatenate([eval_double_exponential(params[0], first),
+                               eval_double_exponential(params[1], count - first)]).astype(dtype)
+
+
 @register("value")
 class DexpValue(ValueCodec):
     codec_id = "dexp"
@@ -46,22 +68,17 @@ class DexpValue(ValueCodec):
 
     def encode(self, values):
         order, runs = sorted_runs(finite_float32(values, self.codec_id))
-        out = ByteWriter().varint(runs[0].size)
-        for run in runs:
-            params = np.array(fit_double_exponential(unit_grid(run.size), run), dtype="<f4")
-            curve = eval_double_exponential(params.astype(np.float64), run.size)
-            if not (np.isfinite(params).all() and np.isfinite(curve).all()):
-                params = np.array([run.mean() if run.size else 0.0, 0, 0, 0], dtype="<f4")
-            out.raw(params.tobytes())
-        return out.getvalue(), order
+        params = np.stack([fit_run(run, values.dtype) for run in runs])
+        delivered = evaluate(params.astype(np.float64), runs[0].size, values.size, values.dtype)
+        body = ByteWriter().varint(runs[0].size).raw(params.tobytes()).getvalue()
+        return ValueEncoding(body, order, finite_output(delivered, self.codec_id))
 
     def decode(self, body, count, dtype):
         reader = ByteReader(body, "dexp values")
         first = reader.varint(limit=count)
         params = np.frombuffer(reader.raw(32), dtype="<f4").astype(np.float64).reshape(2, 4)
         reader.expect_end()
-        out = np.concatenate([eval_double_exponential(params[0], first),
-                              eval_double_exponential(params[1], count - first)])
+        out = evaluate(params, first, count, dtype)
         if not np.isfinite(out).all():
             raise DeepReduceError("dexp: parameters overflow")
-        return out.astype(dtype)
+        return out

@@ -7,21 +7,29 @@ signs raw. Top-k magnitudes are concentrated, so the levels cost far less than l
 """
 import numpy as np
 
-from .. import huffman
-from ..bits import pack_bits, unpack_bits
-from ..codec_base import ValueCodec
+from .. import huffman, native
+from ..bits import expect_stream_end, pack_fields, read_fixed
+from ..codec_base import ValueCodec, ValueEncoding
 from ..errors import DeepReduceError
 from ..registry import register
 from ..wire import ByteReader, ByteWriter
-from .checks import finite_float32
+from .checks import finite_float32, finite_output
 
 MAX_LEVELS = 4096
 
 
+def step_size(lo, hi, levels):
+    return (hi - lo) / (levels - 1) if hi > lo else 1.0
+
+
 def quantise(magnitude, lo, hi, levels):
-    step = (hi - lo) / (levels - 1) if hi > lo else 1.0
-    q = np.rint((magnitude - lo) / step).astype(np.int64)
-    return q, lo + q * step
+    return np.rint((magnitude - lo) / step_size(lo, hi, levels)).astype(np.int64)
+
+
+def dequantise(q, negative, lo, hi, levels, dtype):
+    """What a receiver makes of the levels and sign bits."""
+    sign = np.where(negative, -1.0, 1.0)
+    return (sign * (lo + q * step_size(lo, hi, levels))).astype(dtype)
 
 
 @register("value")
@@ -38,6 +46,9 @@ class EntropyValue(ValueCodec):
             raise DeepReduceError(f"max_error must be in (0, 1), not {max_error!r}")
         self.max_error, self.levels = max_error, levels
 
+    def min_bits(self, dtype):
+        return 2  # a sign bit and at least one code bit
+
     def choose_levels(self, magnitude, lo, hi):
         if self.levels is not None:
             return self.levels
@@ -45,35 +56,42 @@ class EntropyValue(ValueCodec):
         lo_bits, hi_bits = 2, 12  # binary search for the fewest levels (2**bits) within bound
         while lo_bits < hi_bits:
             mid = (lo_bits + hi_bits) // 2
-            error = np.linalg.norm(quantise(magnitude, lo, hi, 1 << mid)[1] - magnitude)
+            q = quantise(magnitude, lo, hi, 1 << mid)
+            error = np.linalg.norm(lo + q * step_size(lo, hi, 1 << mid) - magnitude)
             lo_bits, hi_bits = (lo_bits, mid) if error <= self.max_error * norm else (mid + 1, hi_bits)
         return 1 << lo_bits
 
     def encode(self, values):
-        values = finite_float32(values, self.codec_id)
-        magnitude = np.abs(values).astype(np.float64)
+        finite = finite_float32(values, self.codec_id)
+        magnitude = np.abs(finite).astype(np.float64)
         lo, hi = (float(np.float32(magnitude.min())), float(np.float32(magnitude.max()))) \
             if values.size else (0.0, 0.0)
         levels = self.choose_levels(magnitude, lo, hi)
-        q, _ = quantise(magnitude, lo, hi, levels)
+        q = quantise(magnitude, lo, hi, levels)
+        negative = finite < 0
         lengths = huffman.code_lengths(np.bincount(q, minlength=levels))
         out = ByteWriter().varint(levels).raw(np.array([lo, hi], "<f4").tobytes())
         huffman.write_table(out, lengths)
-        bits = np.concatenate((huffman.encode(q, lengths), (values < 0).astype(np.uint8)))
-        return out.raw(pack_bits(bits)).getvalue(), None
+        codes, widths = huffman.encode(q, lengths)
+        stream = pack_fields(np.concatenate((codes, negative.astype(np.uint64))),
+                             np.concatenate((widths, np.ones(q.size, np.int64))))
+        return ValueEncoding(out.raw(stream).getvalue(), None,
+                             dequantise(q, negative, lo, hi, levels, values.dtype))
 
     def decode(self, body, count, dtype):
         reader = ByteReader(body, "entropy values")
         levels = reader.varint(limit=MAX_LEVELS)
         lo, hi = np.frombuffer(reader.raw(8), dtype="<f4").astype(np.float64)
-        if levels < 2 or not (np.isfinite(lo) and np.isfinite(hi)):
+        if levels < 2 or not (np.isfinite(lo) and np.isfinite(hi) and 0 <= lo <= hi):
             raise DeepReduceError("entropy values: bad quantiser")
         lengths = huffman.read_table(reader, levels)
         data = reader.rest()
-        bits = unpack_bits(data, 8 * len(data))
-        q, end = huffman.decode(bits, lengths, count)
-        if end + count > bits.size:
-            raise DeepReduceError("entropy values: sign bits truncated")
-        step = (hi - lo) / (levels - 1) if hi > lo else 1.0
-        sign = np.where(bits[end:end + count] == 1, -1.0, 1.0)
-        return (sign * (lo + q * step)).astype(dtype)
+        q, end = huffman.decode(data, 0, lengths, count)
+        expect_stream_end(data, end + count, "entropy values")
+        if native.engine is not None and dtype == np.float32:
+            values = np.frombuffer(native.engine.dequantise(
+                np.ascontiguousarray(q, np.uint32), data, end, lo, step_size(lo, hi, levels)), np.float32)
+        else:
+            negative = read_fixed(data, end, count, 1).astype(bool)
+            values = dequantise(q, negative, lo, hi, levels, dtype)
+        return finite_output(values, self.codec_id)

@@ -3,18 +3,22 @@
 Each sorted run is split where the curve departs most from the chord joining the segment's
 ends, again and again (largest departure first) until `segments` pieces or too few points;
 each piece sends the least-squares coefficients of a degree-`degree` polynomial (float32).
+Body: degree (u8), piece count, a section of piece lengths (varints), the coefficients.
 """
 import heapq
 
 import numpy as np
 from numpy.polynomial import polynomial as P
 
-from ..codec_base import ValueCodec
+from ..bits import varint_array, varint_bytes
+from ..codec_base import ValueCodec, ValueEncoding
 from ..errors import DeepReduceError
 from ..registry import register
 from ..wire import ByteReader, ByteWriter
-from .checks import finite_float32
+from .checks import finite_float32, finite_output
 from .curves import sorted_runs, unit_grid
+
+MAX_SEGMENTS = 1024
 
 
 def chord_breaks(y, max_pieces, min_points):
@@ -44,6 +48,18 @@ def piece_degree(n, degree):
     return max(0, min(degree, n - 1))
 
 
+def evaluate(lengths, coefs, degree, dtype):
+    """The fitted values of every piece, in sorted order (what a receiver reconstructs)."""
+    out, at = [], 0
+    with np.errstate(all="ignore"):
+        for n in lengths:
+            if n:
+                k = piece_degree(n, degree) + 1
+                out.append(P.polyval(unit_grid(n), coefs[at:at + k]))
+                at += k
+        return (np.concatenate(out) if out else np.zeros(0)).astype(dtype)
+
+
 @register("value")
 class PolyfitValue(ValueCodec):
     codec_id = "polyfit"
@@ -52,40 +68,41 @@ class PolyfitValue(ValueCodec):
     lossless = False
 
     def __init__(self, degree=5, segments=8):
-        if degree not in range(0, 16) or not isinstance(segments, int) or segments < 1:
-            raise DeepReduceError("polyfit needs 0 <= degree <= 15 and segments >= 1")
+        if degree not in range(0, 16) or not isinstance(segments, int) or not 1 <= segments <= MAX_SEGMENTS:
+            raise DeepReduceError(f"polyfit needs 0 <= degree <= 15 and 1 <= segments <= {MAX_SEGMENTS}")
         self.degree, self.segments = degree, segments
 
     def encode(self, values):
         order, runs = sorted_runs(finite_float32(values, self.codec_id))
         lengths, coefs = [], []
-        for run in runs:
-            cuts = chord_breaks(run, self.segments, self.degree + 1)
-            for lo, hi in zip(cuts[:-1], cuts[1:]):
-                lengths.append(hi - lo)
-                deg = piece_degree(hi - lo, self.degree)
-                if hi > lo:
-                    coefs.append(P.polyfit(unit_grid(hi - lo), run[lo:hi], deg))
-        out = ByteWriter().u8(self.degree).varint(len(lengths))
-        for n in lengths:
-            out.varint(n)
-        flat = np.concatenate(coefs) if coefs else np.zeros(0)
-        return out.raw(flat.astype("<f4").tobytes()).getvalue(), order
+        with np.errstate(all="ignore"):
+            for run in runs:
+                cuts = chord_breaks(run, self.segments, self.degree + 1)
+                for lo, hi in zip(cuts[:-1], cuts[1:]):
+                    lengths.append(hi - lo)
+                    if hi > lo:
+                        coefs.append(P.polyfit(unit_grid(hi - lo), run[lo:hi],
+                                               piece_degree(hi - lo, self.degree)))
+        flat = (np.concatenate(coefs) if coefs else np.zeros(0)).astype("<f4")
+        if not np.isfinite(flat).all():
+            raise DeepReduceError("polyfit: the fit does not fit in float32")
+        delivered = finite_output(evaluate(lengths, flat.astype(np.float64), self.degree,
+                                           values.dtype), self.codec_id)
+        body = (ByteWriter().u8(self.degree).varint(len(lengths)).section(varint_bytes(lengths))
+                .raw(flat.tobytes()).getvalue())
+        return ValueEncoding(body, order, delivered)
 
     def decode(self, body, count, dtype):
         reader = ByteReader(body, "polyfit values")
         degree = reader.u8()
-        pieces = reader.varint(limit=2 * count + 2)
-        lengths = [reader.varint(limit=count) for _ in range(pieces)]
-        if degree > 15 or sum(lengths) != count:
+        pieces = reader.varint(limit=2 * MAX_SEGMENTS)
+        lengths = varint_array(reader.section(), pieces)
+        if degree > 15 or int(lengths.sum()) != count or np.count_nonzero(lengths == 0) > 2:
             raise DeepReduceError("polyfit: segment lengths disagree with the header")
-        ncoef = sum(piece_degree(n, degree) + 1 for n in lengths if n)
-        coefs = np.frombuffer(reader.raw(4 * ncoef), dtype="<f4").astype(np.float64)
+        ncoef = int(sum(piece_degree(int(n), degree) + 1 for n in lengths if n))
+        coefs = np.frombuffer(reader.raw(4 * ncoef), dtype="<f4")
         reader.expect_end()
-        out, at = [], 0
-        for n in lengths:
-            if n:
-                k = piece_degree(n, degree) + 1
-                out.append(P.polyval(unit_grid(n), coefs[at:at + k]))
-                at += k
-        return (np.concatenate(out) if out else np.zeros(0)).astype(dtype)
+        if not np.isfinite(coefs).all():
+            raise DeepReduceError("polyfit: coefficients must be finite")
+        return finite_output(evaluate([int(n) for n in lengths], coefs.astype(np.float64),
+                                      degree, dtype), self.codec_id)

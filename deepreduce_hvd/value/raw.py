@@ -1,7 +1,7 @@
 """raw: values in their own dtype, little-endian; exact, NaN and Inf included."""
 import numpy as np
 
-from ..codec_base import ValueCodec
+from ..codec_base import ValueCodec, ValueEncoding
 from ..registry import register
 from .checks import expect_size
 
@@ -11,8 +11,12 @@ class RawValue(ValueCodec):
     codec_id = "raw"
     wire_id = 1
 
+    def min_bits(self, dtype):
+        return 8 * dtype.itemsize
+
     def encode(self, values):
-        return values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes(), None
+        body = values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
+        return ValueEncoding(body, None, values)
 
     def decode(self, body, count, dtype):
         expect_size(body, count * dtype.itemsize, self.codec_id)

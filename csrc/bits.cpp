@@ -1,0 +1,216 @@
+// Bit-stream kernels: field packing, fixed and variable-width reads, canonical Huffman and
+// Rice decoding. Mirrors deepreduce_hvd/bits.py (same bytes); see engine.h for conventions.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <queue>
+#include <utility>
+
+#include "bitstream.h"
+#include "engine.h"
+
+namespace dr {
+namespace {
+
+void check_room(size_t nbytes, uint64_t start, uint64_t count, uint64_t bits_each,
+                const char* what) {
+    uint64_t total = 8 * static_cast<uint64_t>(nbytes);
+    if (start > total || (bits_each && count > (total - start) / bits_each))
+        throw Error(std::string(what) + ": stream holds fewer bits than declared");
+}
+
+}  // namespace
+
+std::vector<uint8_t> pack_fields(const uint64_t* values, const int64_t* widths, size_t n) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (widths[i] < 0) throw Error("pack_fields: negative width");
+        total += static_cast<uint64_t>(widths[i]);
+    }
+    BitWriter out(total);
+    for (size_t i = 0; i < n; ++i) out.field(values[i], widths[i]);
+    return out.finish();
+}
+
+std::vector<uint8_t> pack_fixed(const uint64_t* values, size_t n, int width) {
+    if (width < 0 || width > 64) throw Error("pack_fixed: width must be 0..64");
+    BitWriter out(static_cast<uint64_t>(n) * width);
+    for (size_t i = 0; i < n; ++i) out.put(to_stream(values[i], width), width);
+    return out.finish();
+}
+
+std::vector<uint64_t> read_fixed(const uint8_t* data, size_t nbytes, uint64_t start,
+                                 uint64_t count, int width) {
+    if (width < 0 || width > 64) throw Error("read_fixed: width must be 0..64");
+    check_room(nbytes, start, count, width, "fixed-width fields");
+    std::vector<uint64_t> out(count);
+    BitReader in(data, nbytes, start);
+    for (uint64_t i = 0; i < count; ++i) out[i] = in.field(width);
+    return out;
+}
+
+std::vector<uint64_t> read_fields(const uint8_t* data, size_t nbytes, uint64_t start,
+                                  const int64_t* widths, size_t n) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (widths[i] < 0 || widths[i] > 64) throw Error("read_fields: width must be 0..64");
+        total += static_cast<uint64_t>(widths[i]);
+    }
+    check_room(nbytes, start, total, 1, "variable-width fields");
+    std::vector<uint64_t> out(n);
+    BitReader in(data, nbytes, start);
+    for (size_t i = 0; i < n; ++i) out[i] = in.field(static_cast<int>(widths[i]));
+    return out;
+}
+
+std::vector<uint32_t> huffman_decode(const uint8_t* data, size_t nbytes, uint64_t start,
+                                     const uint8_t* lengths, size_t alphabet, uint64_t count,
+                                     uint64_t* end) {
+    check_room(nbytes, start, count, 1, "Huffman stream");  // every code has >= 1 bit
+    // canonical codes: shorter first, then by symbol (as huffman.canonical_codes)
+    std::vector<uint32_t> used;
+    int width = 0;
+    int per_length[16] = {0};
+    for (size_t s = 0; s < alphabet; ++s) {
+        if (lengths[s] > 15) throw Error("Huffman code longer than 15 bits");
+        if (lengths[s]) {
+            used.push_back(static_cast<uint32_t>(s));
+            width = std::max<int>(width, lengths[s]);
+            ++per_length[lengths[s]];
+        }
+    }
+    if (count && used.empty()) throw Error("Huffman table is empty");
+    std::stable_sort(used.begin(), used.end(),
+                     [&](uint32_t a, uint32_t b) { return lengths[a] < lengths[b]; });
+    // A direct table on the next `fast` bits (symbol << 4 | length; 0: longer code or invalid);
+    // longer codes are decoded canonically: first code and first index of each length.
+    const int fast = std::min(width, 11);
+    std::vector<uint32_t> table(size_t(1) << fast, 0);
+    uint32_t first_code[17] = {0}, first_index[17] = {0};
+    uint64_t code = 0;
+    int prev = 0;
+    for (size_t idx = 0; idx < used.size(); ++idx) {
+        uint32_t s = used[idx];
+        int len = lengths[s];
+        code <<= (len - prev);
+        if (len != prev) {
+            first_code[len] = static_cast<uint32_t>(code);
+            first_index[len] = static_cast<uint32_t>(idx);
+        }
+        prev = len;
+        if (code >> len) throw Error("Huffman table is not a prefix code");
+        if (len <= fast) {
+            uint64_t rev = to_stream(code, len);
+            for (uint64_t fill = 0; fill < (1ULL << (fast - len)); ++fill)
+                table[rev | (fill << len)] = (s << 4) | static_cast<uint32_t>(len);
+        }
+        ++code;
+    }
+    std::vector<uint32_t> out(count);
+    BitReader in(data, nbytes, start);
+    const uint64_t mask = (1ULL << fast) - 1;
+    for (uint64_t i = 0; i < count; ++i) {
+        uint64_t bits = in.peek();
+        uint32_t entry = table[bits & mask];
+        if (entry) {
+            out[i] = entry >> 4;
+            in.skip(entry & 15);
+            continue;
+        }
+        // slow path: read the code most significant bit first, length by length
+        uint32_t c = 0;
+        int len = 0;
+        bool found = false;
+        while (len < width) {
+            c = (c << 1) | static_cast<uint32_t>((bits >> len) & 1);
+            ++len;
+            if (per_length[len] && c >= first_code[len] &&
+                c - first_code[len] < static_cast<uint32_t>(per_length[len])) {
+                out[i] = used[first_index[len] + (c - first_code[len])];
+                found = true;
+                break;
+            }
+        }
+        if (!found) throw Error("Huffman stream holds an invalid code");
+        in.skip(len);
+    }
+    if (in.pos() > in.total_bits()) throw Error("Huffman stream truncated");
+    *end = in.pos();
+    return out;
+}
+
+std::vector<uint8_t> huffman_lengths(const int64_t* freqs, size_t n, int max_length) {
+    std::vector<uint8_t> lengths(n, 0);
+    std::vector<size_t> used;
+    std::vector<int64_t> weights;
+    for (size_t s = 0; s < n; ++s) {
+        if (freqs[s] < 0) throw Error("Huffman frequencies must be non-negative");
+        if (freqs[s]) {
+            used.push_back(s);
+            weights.push_back(freqs[s]);
+        }
+    }
+    if (used.size() == 1) lengths[used[0]] = 1;
+    if (used.size() <= 1) return lengths;
+    const size_t m = used.size();
+    for (;;) {
+        using Node = std::pair<int64_t, size_t>;  // (weight, id): ties by id, as heapq
+        std::priority_queue<Node, std::vector<Node>, std::greater<Node>> heap;
+        for (size_t i = 0; i < m; ++i) heap.emplace(weights[i], i);
+        std::vector<size_t> parent(2 * m - 1, 0);
+        size_t node = m;
+        while (heap.size() > 1) {
+            Node a = heap.top();
+            heap.pop();
+            Node b = heap.top();
+            heap.pop();
+            parent[a.second] = parent[b.second] = node;
+            heap.emplace(a.first + b.first, node++);
+        }
+        std::vector<int> depth(node, 0);
+        int deepest = 0;
+        for (size_t child = node - 1; child-- > 0;) {
+            depth[child] = depth[parent[child]] + 1;
+            if (child < m) deepest = std::max(deepest, depth[child]);
+        }
+        if (deepest <= max_length) {
+            for (size_t i = 0; i < m; ++i) lengths[used[i]] = static_cast<uint8_t>(depth[i]);
+            return lengths;
+        }
+        for (auto& w : weights) w = (w + 1) / 2;  // flatten until the code fits
+    }
+}
+
+std::vector<uint64_t> rice_decode(const uint8_t* data, size_t nbytes, uint64_t start,
+                                  uint64_t count, int r, uint64_t max_quotient, uint64_t* end) {
+    if (r < 0 || r > 63) throw Error("Rice parameter out of range");
+    check_room(nbytes, start, count, 1 + static_cast<uint64_t>(r), "Rice stream");
+    std::vector<uint64_t> out(count);
+    BitReader in(data, nbytes, start);
+    const uint64_t total = in.total_bits();
+    for (uint64_t i = 0; i < count; ++i) {
+        uint64_t q = 0;
+        for (;;) {
+            if (in.pos() >= total) throw Error("Rice stream truncated");
+            uint64_t word = in.peek() & ((1ULL << 56) - 1);
+            if (word) {
+                int zeros = __builtin_ctzll(word);
+                q += zeros;
+                in.skip(zeros + 1);
+                break;
+            }
+            q += 56;
+            in.skip(56);
+            if (q > max_quotient) break;
+        }
+        if (q > max_quotient) throw Error("Rice quotient larger than the tensor");
+        out[i] = q << r;
+    }
+    if (in.pos() > total) throw Error("Rice stream truncated");
+    check_room(nbytes, in.pos(), count, r, "Rice remainders");
+    for (uint64_t i = 0; i < count; ++i) out[i] |= in.field(r);
+    *end = in.pos();
+    return out;
+}
+
+}  // namespace dr

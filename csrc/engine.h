@@ -1,0 +1,108 @@
+// DeepReduce's native codec engine: plain C++ kernels, no Python. module.cpp exposes them.
+//
+// Conventions shared with the numpy path (deepreduce_hvd/bits.py, bloom_filter.py,
+// sparsify.py), which produces identical bytes:
+// - a bit stream puts stream bit t in byte t >> 3 at bit (t & 7) (numpy's packbits
+//   bitorder="little"); a field of width w is written most significant bit first;
+// - kernels throw dr::Error for malformed input; the glue turns it into DeepReduceError, and
+//   std::bad_alloc into MemoryError, so nothing reaches std::terminate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace dr {
+
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// ---- bit streams (bits.cpp) ----
+// Fields of the given widths (any width >= 0; bits above 64 are zeros) -> packed bytes.
+std::vector<uint8_t> pack_fields(const uint64_t* values, const int64_t* widths, size_t n);
+// Same with one width for every field.
+std::vector<uint8_t> pack_fixed(const uint64_t* values, size_t n, int width);
+// count fields of `width` (<= 64) bits starting at bit `start`.
+std::vector<uint64_t> read_fixed(const uint8_t* data, size_t nbytes, uint64_t start,
+                                 uint64_t count, int width);
+// Fields of the given widths (each <= 64) read one after another from bit `start`.
+std::vector<uint64_t> read_fields(const uint8_t* data, size_t nbytes, uint64_t start,
+                                  const int64_t* widths, size_t n);
+// Canonical Huffman decode of `count` symbols (lengths[s] = code length of symbol s, 0 if
+// unused, at most 15) from bit `start`; returns the symbols and sets *end to the bit after.
+std::vector<uint32_t> huffman_decode(const uint8_t* data, size_t nbytes, uint64_t start,
+                                     const uint8_t* lengths, size_t alphabet, uint64_t count,
+                                     uint64_t* end);
+// Huffman code lengths of the symbols with non-zero frequency, at most max_length bits; the
+// same algorithm and tie-breaking as huffman.code_lengths (so both give the same code).
+std::vector<uint8_t> huffman_lengths(const int64_t* freqs, size_t n, int max_length);
+// Rice code (all unary quotients, then all r-bit remainders) of `count` gaps from bit
+// `start`; quotients above `max_quotient` are rejected. Sets *end to the bit after.
+std::vector<uint64_t> rice_decode(const uint8_t* data, size_t nbytes, uint64_t start,
+                                  uint64_t count, int r, uint64_t max_quotient, uint64_t* end);
+
+// ---- gap codes (gaps.cpp): a gap g is coded through v = g + 1, its bit length L, and the
+// `extra` bits below v's leading one: symbol = (L << extra) + top, then the low bits raw ----
+constexpr int kGapTop = 3;       // bits below the leading one kept by the histogram
+constexpr int kGapLengths = 65;  // bit lengths 0..64
+// (length, top kGapTop bits) histogram of gaps + 1: kGapLengths x 2^kGapTop counts.
+std::vector<int64_t> gap_histogram(const uint64_t* gaps, size_t n);
+// All codes (codes[symbol], lengths[symbol]), then all low bits.
+std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const uint64_t* codes,
+                              const uint8_t* lengths, size_t alphabet);
+// Inverse of gap_pack from bit `start` (canonical code from lengths); sets *end.
+std::vector<uint64_t> gap_unpack(const uint8_t* data, size_t nbytes, uint64_t start,
+                                 const uint8_t* lengths, size_t alphabet, int extra,
+                                 uint64_t count, uint64_t* end);
+// Rice code of the gaps with parameter r (unary quotients, then r-bit remainders).
+std::vector<uint8_t> rice_pack(const uint64_t* gaps, size_t n, int r);
+// The matrix model's positions in coding order: line j holds counts[j] elements whose ranks
+// advance by steps[i] + 1 from -1; rank r is column ranked[r] (rows and columns swapped when
+// transpose). Ranks beyond the ranked list are rejected.
+std::vector<int64_t> matrix_positions(const int64_t* lines, const int64_t* counts, size_t nlines,
+                                      const int64_t* ranked, size_t nranked,
+                                      const uint64_t* steps, size_t count, int64_t cols,
+                                      bool transpose);
+// Uniform dequantisation with sign bits: sign * (lo + q * step), as float32 (the entropy value
+// codec's reconstruction, computed in double exactly as its numpy twin does).
+std::vector<float> dequantise(const uint32_t* levels, size_t count, const uint8_t* data,
+                              size_t nbytes, uint64_t sign_start, double lo, double step);
+// dst[positions[i]] += values[i] * scale; positions must lie in [0, n).
+void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* values,
+                 size_t count, float scale);
+
+// ---- selection with error feedback (select.cpp) ----
+// When residual is given it is replaced by residual + grad (the compensated gradient) in the
+// same pass that selects. Returns false (nothing selected) if any compensated value is NaN or
+// Inf. Top-k: the k largest magnitudes, ties broken by the lower position; output ascending.
+bool select_topk(const float* grad, float* residual, int64_t n, int64_t k,
+                 std::vector<int64_t>* indices, std::vector<float>* values);
+// Every position whose compensated magnitude exceeds tau.
+bool select_threshold(const float* grad, float* residual, int64_t n, float tau,
+                      std::vector<int64_t>* indices, std::vector<float>* values);
+
+// ---- half precision (half.cpp) ----
+// Whether the processor converts float32 <-> float16 in hardware (x86 F16C); the kernels
+// below need it (the numpy path is used elsewhere).
+bool have_f16c();
+// dst = float16(src), round to nearest even; when keep_error, src -= float32(dst) in the same
+// pass (what fp16 rounding lost, kept for error feedback). Returns whether every half is
+// finite (no NaN, no Inf, nothing beyond half precision's range).
+bool to_half(float* src, uint16_t* dst, size_t n, bool keep_error);
+
+// ---- Bloom filter (bloom.cpp) ----
+std::vector<uint8_t> bloom_insert(const int64_t* positions, size_t n, uint64_t m, int h,
+                                  uint64_t seed_key);
+// Positions of [0, size) whose h bits are all set, ascending; throws dr::Error as soon as
+// more than max_positives are found.
+std::vector<int64_t> bloom_query(const uint8_t* bits, uint64_t m, int h, uint64_t seed_key,
+                                 int64_t size, int threads, int64_t max_positives);
+
+// For each positive, the size of the smallest conflict set (positives sharing one of its
+// bits) it belongs to.
+std::vector<int64_t> bloom_conflicts(const int64_t* positives, size_t n, uint64_t m, int h,
+                                     uint64_t seed_key);
+
+}  // namespace dr

@@ -1,0 +1,488 @@
+// CPython glue for the native engine (deepreduce_hvd._native): argument parsing, buffers,
+// the GIL (released around every kernel) and errors. A kernel's dr::Error becomes
+// deepreduce_hvd.DeepReduceError, std::bad_alloc becomes MemoryError, anything else a
+// RuntimeError: no C++ exception ever crosses into Python or terminates the process.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <functional>
+#include <new>
+#include <string>
+
+#include "engine.h"
+
+namespace {
+
+PyObject* deepreduce_error = nullptr;
+
+// Releases the GIL, runs fn, and translates whatever it throws. Returns false on error
+// (with the Python exception set).
+bool run_released(const std::function<void()>& fn) {
+    std::string message;
+    int kind = 0;  // 0 ok, 1 dr::Error, 2 bad_alloc, 3 other
+    Py_BEGIN_ALLOW_THREADS
+    try {
+        fn();
+    } catch (const dr::Error& exc) {
+        kind = 1;
+        message = exc.what();
+    } catch (const std::bad_alloc&) {
+        kind = 2;
+    } catch (const std::exception& exc) {
+        kind = 3;
+        message = exc.what();
+    } catch (...) {
+        kind = 3;
+        message = "unknown C++ exception";
+    }
+    Py_END_ALLOW_THREADS
+    if (kind == 1) PyErr_SetString(deepreduce_error, message.c_str());
+    if (kind == 2) PyErr_NoMemory();
+    if (kind == 3) PyErr_SetString(PyExc_RuntimeError, message.c_str());
+    return kind == 0;
+}
+
+// A Py_buffer released on scope exit.
+struct Buffer {
+    Py_buffer view{};
+    bool held = false;
+    ~Buffer() {
+        if (held) PyBuffer_Release(&view);
+    }
+    bool get(PyObject* obj, bool writable, Py_ssize_t itemsize, const char* what) {
+        if (PyObject_GetBuffer(obj, &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0)
+            return false;
+        held = true;
+        if (view.len % itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not a whole number of "
+                         "%zd-byte items", what, view.len, itemsize);
+            return false;
+        }
+        return true;
+    }
+    template <typename T>
+    T* as() const { return static_cast<T*>(view.buf); }
+    size_t count(size_t itemsize) const { return static_cast<size_t>(view.len) / itemsize; }
+};
+
+template <typename T>
+PyObject* to_bytearray(const std::vector<T>& v) {
+    return PyByteArray_FromStringAndSize(reinterpret_cast<const char*>(v.data()),
+                                         static_cast<Py_ssize_t>(v.size() * sizeof(T)));
+}
+
+PyObject* pack_fields(PyObject*, PyObject* args) {
+    PyObject *values_obj, *widths_obj;
+    if (!PyArg_ParseTuple(args, "OO", &values_obj, &widths_obj)) return nullptr;
+    Buffer values, widths;
+    if (!values.get(values_obj, false, 8, "values") || !widths.get(widths_obj, false, 8, "widths"))
+        return nullptr;
+    if (values.count(8) != widths.count(8)) {
+        PyErr_SetString(PyExc_ValueError, "pack_fields: values and widths differ in length");
+        return nullptr;
+    }
+    std::vector<uint8_t> out;
+    if (!run_released([&] {
+            out = dr::pack_fields(values.as<uint64_t>(), widths.as<int64_t>(), values.count(8));
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* pack_fixed(PyObject*, PyObject* args) {
+    PyObject* values_obj;
+    int width;
+    if (!PyArg_ParseTuple(args, "Oi", &values_obj, &width)) return nullptr;
+    Buffer values;
+    if (!values.get(values_obj, false, 8, "values")) return nullptr;
+    std::vector<uint8_t> out;
+    if (!run_released([&] { out = dr::pack_fixed(values.as<uint64_t>(), values.count(8), width); }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* read_fixed(PyObject*, PyObject* args) {
+    PyObject* data_obj;
+    unsigned long long start, count;
+    int width;
+    if (!PyArg_ParseTuple(args, "OKKi", &data_obj, &start, &count, &width)) return nullptr;
+    Buffer data;
+    if (!data.get(data_obj, false, 1, "data")) return nullptr;
+    std::vector<uint64_t> out;
+    if (!run_released([&] {
+            out = dr::read_fixed(data.as<uint8_t>(), data.count(1), start, count, width);
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* read_fields(PyObject*, PyObject* args) {
+    PyObject *data_obj, *widths_obj;
+    unsigned long long start;
+    if (!PyArg_ParseTuple(args, "OKO", &data_obj, &start, &widths_obj)) return nullptr;
+    Buffer data, widths;
+    if (!data.get(data_obj, false, 1, "data") || !widths.get(widths_obj, false, 8, "widths"))
+        return nullptr;
+    std::vector<uint64_t> out;
+    if (!run_released([&] {
+            out = dr::read_fields(data.as<uint8_t>(), data.count(1), start,
+                                  widths.as<int64_t>(), widths.count(8));
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* huffman_decode(PyObject*, PyObject* args) {
+    PyObject *data_obj, *lengths_obj;
+    unsigned long long start, count;
+    if (!PyArg_ParseTuple(args, "OKOK", &data_obj, &start, &lengths_obj, &count)) return nullptr;
+    Buffer data, lengths;
+    if (!data.get(data_obj, false, 1, "data") || !lengths.get(lengths_obj, false, 1, "lengths"))
+        return nullptr;
+    std::vector<uint32_t> out;
+    uint64_t end = 0;
+    if (!run_released([&] {
+            out = dr::huffman_decode(data.as<uint8_t>(), data.count(1), start,
+                                     lengths.as<uint8_t>(), lengths.count(1), count, &end);
+        }))
+        return nullptr;
+    PyObject* symbols = to_bytearray(out);
+    if (!symbols) return nullptr;
+    return Py_BuildValue("NK", symbols, static_cast<unsigned long long>(end));
+}
+
+PyObject* huffman_lengths(PyObject*, PyObject* args) {
+    PyObject* freqs_obj;
+    int max_length;
+    if (!PyArg_ParseTuple(args, "Oi", &freqs_obj, &max_length)) return nullptr;
+    Buffer freqs;
+    if (!freqs.get(freqs_obj, false, 8, "freqs")) return nullptr;
+    std::vector<uint8_t> out;
+    if (!run_released([&] {
+            out = dr::huffman_lengths(freqs.as<int64_t>(), freqs.count(8), max_length);
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* rice_decode(PyObject*, PyObject* args) {
+    PyObject* data_obj;
+    unsigned long long start, count, max_quotient;
+    int r;
+    if (!PyArg_ParseTuple(args, "OKKiK", &data_obj, &start, &count, &r, &max_quotient))
+        return nullptr;
+    Buffer data;
+    if (!data.get(data_obj, false, 1, "data")) return nullptr;
+    std::vector<uint64_t> out;
+    uint64_t end = 0;
+    if (!run_released([&] {
+            out = dr::rice_decode(data.as<uint8_t>(), data.count(1), start, count, r,
+                                  max_quotient, &end);
+        }))
+        return nullptr;
+    PyObject* gaps = to_bytearray(out);
+    if (!gaps) return nullptr;
+    return Py_BuildValue("NK", gaps, static_cast<unsigned long long>(end));
+}
+
+PyObject* gap_histogram(PyObject*, PyObject* args) {
+    PyObject* gaps_obj;
+    if (!PyArg_ParseTuple(args, "O", &gaps_obj)) return nullptr;
+    Buffer gaps;
+    if (!gaps.get(gaps_obj, false, 8, "gaps")) return nullptr;
+    std::vector<int64_t> out;
+    if (!run_released([&] { out = dr::gap_histogram(gaps.as<uint64_t>(), gaps.count(8)); }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* gap_pack(PyObject*, PyObject* args) {
+    PyObject *gaps_obj, *codes_obj, *lengths_obj;
+    int extra;
+    if (!PyArg_ParseTuple(args, "OiOO", &gaps_obj, &extra, &codes_obj, &lengths_obj)) return nullptr;
+    Buffer gaps, codes, lengths;
+    if (!gaps.get(gaps_obj, false, 8, "gaps") || !codes.get(codes_obj, false, 8, "codes") ||
+        !lengths.get(lengths_obj, false, 1, "lengths"))
+        return nullptr;
+    if (codes.count(8) != lengths.count(1)) {
+        PyErr_SetString(PyExc_ValueError, "gap_pack: codes and lengths differ in length");
+        return nullptr;
+    }
+    std::vector<uint8_t> out;
+    if (!run_released([&] {
+            out = dr::gap_pack(gaps.as<uint64_t>(), gaps.count(8), extra, codes.as<uint64_t>(),
+                               lengths.as<uint8_t>(), lengths.count(1));
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* gap_unpack(PyObject*, PyObject* args) {
+    PyObject *data_obj, *lengths_obj;
+    unsigned long long start, count;
+    int extra;
+    if (!PyArg_ParseTuple(args, "OKOiK", &data_obj, &start, &lengths_obj, &extra, &count))
+        return nullptr;
+    Buffer data, lengths;
+    if (!data.get(data_obj, false, 1, "data") || !lengths.get(lengths_obj, false, 1, "lengths"))
+        return nullptr;
+    std::vector<uint64_t> out;
+    uint64_t end = 0;
+    if (!run_released([&] {
+            out = dr::gap_unpack(data.as<uint8_t>(), data.count(1), start, lengths.as<uint8_t>(),
+                                 lengths.count(1), extra, count, &end);
+        }))
+        return nullptr;
+    PyObject* gaps = to_bytearray(out);
+    if (!gaps) return nullptr;
+    return Py_BuildValue("NK", gaps, static_cast<unsigned long long>(end));
+}
+
+PyObject* rice_pack(PyObject*, PyObject* args) {
+    PyObject* gaps_obj;
+    int r;
+    if (!PyArg_ParseTuple(args, "Oi", &gaps_obj, &r)) return nullptr;
+    Buffer gaps;
+    if (!gaps.get(gaps_obj, false, 8, "gaps")) return nullptr;
+    std::vector<uint8_t> out;
+    if (!run_released([&] { out = dr::rice_pack(gaps.as<uint64_t>(), gaps.count(8), r); }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* matrix_positions(PyObject*, PyObject* args) {
+    PyObject *lines_obj, *counts_obj, *ranked_obj, *steps_obj;
+    long long cols;
+    int transpose;
+    if (!PyArg_ParseTuple(args, "OOOOLp", &lines_obj, &counts_obj, &ranked_obj, &steps_obj, &cols,
+                          &transpose))
+        return nullptr;
+    Buffer lines, counts, ranked, steps;
+    if (!lines.get(lines_obj, false, 8, "lines") || !counts.get(counts_obj, false, 8, "counts") ||
+        !ranked.get(ranked_obj, false, 8, "ranked") || !steps.get(steps_obj, false, 8, "steps"))
+        return nullptr;
+    if (lines.count(8) != counts.count(8)) {
+        PyErr_SetString(PyExc_ValueError, "matrix_positions: lines and counts differ in length");
+        return nullptr;
+    }
+    std::vector<int64_t> out;
+    if (!run_released([&] {
+            out = dr::matrix_positions(lines.as<int64_t>(), counts.as<int64_t>(), lines.count(8),
+                                       ranked.as<int64_t>(), ranked.count(8),
+                                       steps.as<uint64_t>(), steps.count(8), cols, transpose);
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* dequantise(PyObject*, PyObject* args) {
+    PyObject *levels_obj, *data_obj;
+    unsigned long long sign_start;
+    double lo, step;
+    if (!PyArg_ParseTuple(args, "OOKdd", &levels_obj, &data_obj, &sign_start, &lo, &step))
+        return nullptr;
+    Buffer levels, data;
+    if (!levels.get(levels_obj, false, 4, "levels") || !data.get(data_obj, false, 1, "data"))
+        return nullptr;
+    std::vector<float> out;
+    if (!run_released([&] {
+            out = dr::dequantise(levels.as<uint32_t>(), levels.count(4), data.as<uint8_t>(),
+                                 data.count(1), sign_start, lo, step);
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* scatter_add(PyObject*, PyObject* args) {
+    PyObject *dst_obj, *positions_obj, *values_obj;
+    double scale;
+    if (!PyArg_ParseTuple(args, "OOOd", &dst_obj, &positions_obj, &values_obj, &scale))
+        return nullptr;
+    Buffer dst, positions, values;
+    if (!dst.get(dst_obj, true, 4, "dst") || !positions.get(positions_obj, false, 8, "positions") ||
+        !values.get(values_obj, false, 4, "values"))
+        return nullptr;
+    if (positions.count(8) != values.count(4)) {
+        PyErr_SetString(PyExc_ValueError, "scatter_add: positions and values differ in length");
+        return nullptr;
+    }
+    if (!run_released([&] {
+            dr::scatter_add(dst.as<float>(), static_cast<int64_t>(dst.count(4)),
+                            positions.as<int64_t>(), values.as<float>(), values.count(4),
+                            static_cast<float>(scale));
+        }))
+        return nullptr;
+    Py_RETURN_NONE;
+}
+
+PyObject* have_f16c(PyObject*, PyObject*) { return PyBool_FromLong(dr::have_f16c()); }
+
+PyObject* to_half(PyObject*, PyObject* args) {
+    PyObject *src_obj, *dst_obj;
+    int keep_error;
+    if (!PyArg_ParseTuple(args, "OOp", &src_obj, &dst_obj, &keep_error)) return nullptr;
+    Buffer src, dst;
+    if (!src.get(src_obj, true, 4, "src") || !dst.get(dst_obj, true, 2, "dst")) return nullptr;
+    if (src.count(4) != dst.count(2)) {
+        PyErr_SetString(PyExc_ValueError, "to_half: src and dst differ in length");
+        return nullptr;
+    }
+    bool finite = false;
+    if (!run_released([&] {
+            finite = dr::to_half(src.as<float>(), dst.as<uint16_t>(), src.count(4), keep_error);
+        }))
+        return nullptr;
+    return PyBool_FromLong(finite);
+}
+
+// select_topk(grad, residual_or_None, k) / select_threshold(grad, residual_or_None, tau)
+// -> (int64 indices, float32 values) as bytearrays, or None if a value is NaN or Inf.
+PyObject* select(PyObject* args, bool topk) {
+    PyObject *grad_obj, *residual_obj;
+    long long k = 0;
+    double tau = 0;
+    if (topk ? !PyArg_ParseTuple(args, "OOL", &grad_obj, &residual_obj, &k)
+             : !PyArg_ParseTuple(args, "OOd", &grad_obj, &residual_obj, &tau))
+        return nullptr;
+    Buffer grad, residual;
+    if (!grad.get(grad_obj, false, 4, "grad")) return nullptr;
+    float* res = nullptr;
+    if (residual_obj != Py_None) {
+        if (!residual.get(residual_obj, true, 4, "residual")) return nullptr;
+        if (residual.count(4) != grad.count(4)) {
+            PyErr_SetString(PyExc_ValueError, "residual and gradient differ in size");
+            return nullptr;
+        }
+        res = residual.as<float>();
+    }
+    std::vector<int64_t> indices;
+    std::vector<float> values;
+    bool finite = false;
+    int64_t n = static_cast<int64_t>(grad.count(4));
+    if (!run_released([&] {
+            finite = topk ? dr::select_topk(grad.as<float>(), res, n, k, &indices, &values)
+                          : dr::select_threshold(grad.as<float>(), res, n,
+                                                 static_cast<float>(tau), &indices, &values);
+        }))
+        return nullptr;
+    if (!finite) Py_RETURN_NONE;
+    PyObject* idx = to_bytearray(indices);
+    if (!idx) return nullptr;
+    PyObject* val = to_bytearray(values);
+    if (!val) {
+        Py_DECREF(idx);
+        return nullptr;
+    }
+    return Py_BuildValue("NN", idx, val);
+}
+
+PyObject* select_topk(PyObject*, PyObject* args) { return select(args, true); }
+PyObject* select_threshold(PyObject*, PyObject* args) { return select(args, false); }
+
+PyObject* bloom_insert(PyObject*, PyObject* args) {
+    PyObject* positions_obj;
+    unsigned long long m, seed_key;
+    int h;
+    if (!PyArg_ParseTuple(args, "OKiK", &positions_obj, &m, &h, &seed_key)) return nullptr;
+    Buffer positions;
+    if (!positions.get(positions_obj, false, 8, "positions")) return nullptr;
+    std::vector<uint8_t> out;
+    if (!run_released([&] {
+            out = dr::bloom_insert(positions.as<int64_t>(), positions.count(8), m, h, seed_key);
+        }))
+        return nullptr;
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(out.data()),
+                                     static_cast<Py_ssize_t>(out.size()));
+}
+
+PyObject* bloom_query(PyObject*, PyObject* args) {
+    PyObject* filter_obj;
+    unsigned long long m, seed_key;
+    long long size, max_positives;
+    int h, threads;
+    if (!PyArg_ParseTuple(args, "OKiKLiL", &filter_obj, &m, &h, &seed_key, &size, &threads,
+                          &max_positives))
+        return nullptr;
+    Buffer filter;
+    if (!filter.get(filter_obj, false, 1, "filter")) return nullptr;
+    if (filter.count(1) != (m + 7) / 8) {
+        PyErr_SetString(deepreduce_error, "bloom: filter length does not match m");
+        return nullptr;
+    }
+    std::vector<int64_t> out;
+    if (!run_released([&] {
+            out = dr::bloom_query(filter.as<uint8_t>(), m, h, seed_key, size, threads,
+                                  max_positives);
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyObject* bloom_conflicts(PyObject*, PyObject* args) {
+    PyObject* positions_obj;
+    unsigned long long m, seed_key;
+    int h;
+    if (!PyArg_ParseTuple(args, "OKiK", &positions_obj, &m, &h, &seed_key)) return nullptr;
+    Buffer positions;
+    if (!positions.get(positions_obj, false, 8, "positions")) return nullptr;
+    std::vector<int64_t> out;
+    if (!run_released([&] {
+            out = dr::bloom_conflicts(positions.as<int64_t>(), positions.count(8), m, h, seed_key);
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
+PyMethodDef methods[] = {
+    {"pack_fields", pack_fields, METH_VARARGS, "pack_fields(u64 values, i64 widths) -> bytes"},
+    {"pack_fixed", pack_fixed, METH_VARARGS, "pack_fixed(u64 values, width) -> bytes"},
+    {"read_fixed", read_fixed, METH_VARARGS, "read_fixed(data, start, count, width) -> u64"},
+    {"read_fields", read_fields, METH_VARARGS, "read_fields(data, start, i64 widths) -> u64"},
+    {"huffman_decode", huffman_decode, METH_VARARGS,
+     "huffman_decode(data, start, u8 lengths, count) -> (u32 symbols, end bit)"},
+    {"huffman_lengths", huffman_lengths, METH_VARARGS,
+     "huffman_lengths(i64 freqs, max_length) -> u8 code lengths"},
+    {"rice_decode", rice_decode, METH_VARARGS,
+     "rice_decode(data, start, count, r, max_quotient) -> (u64 gaps, end bit)"},
+    {"gap_histogram", gap_histogram, METH_VARARGS,
+     "gap_histogram(u64 gaps) -> i64 (length, top bits) histogram"},
+    {"gap_pack", gap_pack, METH_VARARGS,
+     "gap_pack(u64 gaps, extra, u64 codes, u8 lengths) -> bytes"},
+    {"gap_unpack", gap_unpack, METH_VARARGS,
+     "gap_unpack(data, start, u8 lengths, extra, count) -> (u64 gaps, end bit)"},
+    {"rice_pack", rice_pack, METH_VARARGS, "rice_pack(u64 gaps, r) -> bytes"},
+    {"matrix_positions", matrix_positions, METH_VARARGS,
+     "matrix_positions(lines, counts, ranked, u64 steps, cols, transpose) -> i64 positions"},
+    {"dequantise", dequantise, METH_VARARGS,
+     "dequantise(u32 levels, data, sign_start, lo, step) -> f32 values"},
+    {"scatter_add", scatter_add, METH_VARARGS,
+     "scatter_add(f32 dst, i64 positions, f32 values, scale): dst[p] += v * scale"},
+    {"have_f16c", have_f16c, METH_NOARGS, "have_f16c() -> whether to_half works here"},
+    {"to_half", to_half, METH_VARARGS,
+     "to_half(f32 src, u16 dst, keep_error) -> all finite: dst = half(src) [, src -= float(dst)]"},
+    {"select_topk", select_topk, METH_VARARGS,
+     "select_topk(f32 grad, f32 residual or None, k) -> (i64 indices, f32 values) or None"},
+    {"select_threshold", select_threshold, METH_VARARGS,
+     "select_threshold(f32 grad, f32 residual or None, tau) -> (i64, f32) or None"},
+    {"bloom_insert", bloom_insert, METH_VARARGS,
+     "bloom_insert(i64 positions, m, h, seed_key) -> filter bytes"},
+    {"bloom_query", bloom_query, METH_VARARGS,
+     "bloom_query(filter, m, h, seed_key, size, threads, max_positives) -> i64 positions"},
+    {"bloom_conflicts", bloom_conflicts, METH_VARARGS,
+     "bloom_conflicts(i64 positives, m, h, seed_key) -> i64 smallest conflict-set sizes"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
+                      "DeepReduce's native codec engine (C++, GIL released).", -1, methods,
+                      nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__native() {
+    PyObject* errors = PyImport_ImportModule("deepreduce_hvd.errors");
+    if (!errors) return nullptr;
+    deepreduce_error = PyObject_GetAttrString(errors, "DeepReduceError");
+    Py_DECREF(errors);
+    if (!deepreduce_error) return nullptr;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,194 @@
+// Selection fused with error feedback: one pass over the dense gradient adds the residual in
+// place and collects the candidates; the exact top k are then picked among those few.
+//
+// The selected set is defined exactly (deepreduce_hvd/sparsify.py computes the same): the k
+// largest magnitudes, ties at the boundary broken by the lower position, so the numpy path
+// and this one produce identical payloads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "engine.h"
+
+namespace dr {
+namespace {
+
+constexpr int64_t kChunks = 64, kChunk = 256;  // the sample: 64 runs of 256 elements
+constexpr float kFloatMax = std::numeric_limits<float>::max();
+
+inline float compensated(const float* grad, const float* residual, int64_t i) {
+    return residual ? residual[i] + grad[i] : grad[i];
+}
+
+// A magnitude below which at most about 1.5 k + slack elements are expected (0: take all),
+// from evenly spaced contiguous runs (cache friendly; any bias only costs candidates).
+float estimate_cut(const float* grad, const float* residual, int64_t n, int64_t k) {
+    const int64_t samples = kChunks * kChunk;
+    double keep = (1.5 * k + 4.0 * std::sqrt(static_cast<double>(k))) / n;
+    if (n < 4 * samples || keep >= 1.0) return 0.0f;
+    std::vector<float> sample(samples);
+    for (int64_t c = 0; c < kChunks; ++c) {
+        int64_t base = c * ((n - kChunk) / (kChunks - 1));
+        for (int64_t j = 0; j < kChunk; ++j)
+            sample[c * kChunk + j] = std::fabs(compensated(grad, residual, base + j));
+    }
+    int64_t at = static_cast<int64_t>((1.0 - keep) * (samples - 1));
+    std::nth_element(sample.begin(), sample.begin() + at, sample.end());
+    return sample[at];
+}
+
+// The fused pass: compensate in place (when a residual is given) and collect the positions
+// whose magnitude is >= cut (> cut when kStrict). Returns whether every value was finite.
+// Vector versions compare 32 values at a time and walk the set bits of a movemask, so the
+// few candidates (about 1.5%) cost a branch each and the rest nothing.
+template <bool kStrict>
+inline bool keep(float m, float cut) { return kStrict ? m > cut : m >= cut; }
+
+template <bool kResidual, bool kStrict>
+bool scan_scalar(const float* grad, float* residual, int64_t lo, int64_t n, float cut,
+                 std::vector<int64_t>* out) {
+    bool finite = true;
+    for (int64_t i = lo; i < n; ++i) {
+        float v = kResidual ? residual[i] + grad[i] : grad[i];
+        if (kResidual) residual[i] = v;
+        float m = std::fabs(v);
+        finite &= m <= kFloatMax;
+        if (keep<kStrict>(m, cut)) out->push_back(i);
+    }
+    return finite;
+}
+
+#if defined(__x86_64__)
+template <bool kResidual, bool kStrict>
+__attribute__((target("avx2"))) bool scan_avx2(const float* grad, float* residual, int64_t n,
+                                               float cut, std::vector<int64_t>* out) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 vcut = _mm256_set1_ps(cut), vmax = _mm256_set1_ps(kFloatMax);
+    __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint32_t bits = 0;
+        for (int q = 0; q < 4; ++q) {
+            __m256 v = _mm256_loadu_ps(grad + i + 8 * q);
+            if (kResidual) {
+                v = _mm256_add_ps(_mm256_loadu_ps(residual + i + 8 * q), v);
+                _mm256_storeu_ps(residual + i + 8 * q, v);
+            }
+            __m256 m = _mm256_and_ps(v, abs_mask);
+            __m256 hit = kStrict ? _mm256_cmp_ps(m, vcut, _CMP_GT_OQ) : _mm256_cmp_ps(m, vcut, _CMP_GE_OQ);
+            bits |= static_cast<uint32_t>(_mm256_movemask_ps(hit)) << (8 * q);
+            ok = _mm256_and_ps(ok, _mm256_cmp_ps(m, vmax, _CMP_LE_OQ));
+        }
+        for (; bits; bits &= bits - 1) out->push_back(i + __builtin_ctz(bits));
+    }
+    bool finite = _mm256_movemask_ps(ok) == 0xFF;
+    return scan_scalar<kResidual, kStrict>(grad, residual, i, n, cut, out) && finite;
+}
+
+template <bool kResidual, bool kStrict>
+bool scan_sse2(const float* grad, float* residual, int64_t n, float cut,
+               std::vector<int64_t>* out) {
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+    const __m128 vcut = _mm_set1_ps(cut), vmax = _mm_set1_ps(kFloatMax);
+    int ok = 0xF;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint32_t bits = 0;
+        for (int q = 0; q < 4; ++q) {
+            __m128 v = _mm_loadu_ps(grad + i + 4 * q);
+            if (kResidual) {
+                v = _mm_add_ps(_mm_loadu_ps(residual + i + 4 * q), v);
+                _mm_storeu_ps(residual + i + 4 * q, v);
+            }
+            __m128 m = _mm_and_ps(v, abs_mask);
+            __m128 hit = kStrict ? _mm_cmpgt_ps(m, vcut) : _mm_cmpge_ps(m, vcut);
+            bits |= static_cast<uint32_t>(_mm_movemask_ps(hit)) << (4 * q);
+            ok &= _mm_movemask_ps(_mm_cmple_ps(m, vmax));
+        }
+        for (; bits; bits &= bits - 1) out->push_back(i + __builtin_ctz(bits));
+    }
+    return scan_scalar<kResidual, kStrict>(grad, residual, i, n, cut, out) && ok == 0xF;
+}
+#endif
+
+template <bool kStrict>
+bool scan_dispatch(const float* grad, float* residual, int64_t n, float cut,
+                   std::vector<int64_t>* out) {
+#if defined(__x86_64__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) return residual ? scan_avx2<true, kStrict>(grad, residual, n, cut, out)
+                              : scan_avx2<false, kStrict>(grad, residual, n, cut, out);
+    return residual ? scan_sse2<true, kStrict>(grad, residual, n, cut, out)
+                    : scan_sse2<false, kStrict>(grad, residual, n, cut, out);
+#else
+    return residual ? scan_scalar<true, kStrict>(grad, residual, 0, n, cut, out)
+                    : scan_scalar<false, kStrict>(grad, residual, 0, n, cut, out);
+#endif
+}
+
+bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict,
+          std::vector<int64_t>* out) {
+    return strict ? scan_dispatch<true>(grad, residual, n, cut, out)
+                  : scan_dispatch<false>(grad, residual, n, cut, out);
+}
+
+// From candidates (ascending positions holding every element of magnitude >= the k-th
+// largest), the exact top k: all above the k-th magnitude, then the lowest-positioned ties.
+void exact_topk(const float* c, const std::vector<int64_t>& cand, int64_t k,
+                std::vector<int64_t>* indices) {
+    std::vector<float> mags(cand.size());
+    for (size_t t = 0; t < cand.size(); ++t) mags[t] = std::fabs(c[cand[t]]);
+    std::vector<float> work(mags);
+    std::nth_element(work.begin(), work.begin() + (work.size() - k), work.end());
+    float kth = work[work.size() - k];
+    int64_t above = 0;
+    for (float m : mags) above += m > kth;
+    int64_t ties = k - above;
+    indices->clear();
+    indices->reserve(k);
+    for (size_t t = 0; t < cand.size(); ++t) {
+        if (mags[t] > kth || (mags[t] == kth && ties-- > 0)) indices->push_back(cand[t]);
+    }
+}
+
+void gather(const float* c, std::vector<int64_t>* indices, std::vector<float>* values) {
+    values->resize(indices->size());
+    for (size_t t = 0; t < indices->size(); ++t) (*values)[t] = c[(*indices)[t]];
+}
+
+}  // namespace
+
+bool select_topk(const float* grad, float* residual, int64_t n, int64_t k,
+                 std::vector<int64_t>* indices, std::vector<float>* values) {
+    if (k < 0 || k > n) throw Error("top-k: k out of range");
+    float cut = estimate_cut(grad, residual, n, k);
+    std::vector<int64_t> cand;
+    cand.reserve(static_cast<size_t>(std::min<int64_t>(n, 2 * k + 1024)));
+    if (!scan(grad, residual, n, cut, false, &cand)) return false;
+    const float* c = residual ? residual : grad;
+    if (k == 0) {
+        indices->clear();
+    } else if (static_cast<int64_t>(cand.size()) >= k) {
+        exact_topk(c, cand, k, indices);
+    } else {  // the sampled cut was too high: every position is a candidate
+        cand.resize(n);
+        for (int64_t i = 0; i < n; ++i) cand[i] = i;
+        exact_topk(c, cand, k, indices);
+    }
+    gather(c, indices, values);
+    return true;
+}
+
+bool select_threshold(const float* grad, float* residual, int64_t n, float tau,
+                      std::vector<int64_t>* indices, std::vector<float>* values) {
+    indices->clear();
+    if (!scan(grad, residual, n, tau, true, indices)) return false;
+    gather(residual ? residual : grad, indices, values);
+    return true;
+}
+
+}  // namespace dr

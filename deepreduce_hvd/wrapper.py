@@ -1,0 +1,175 @@
+"""What the PyTorch and TensorFlow compressors share: configuration, the planner, names, stats.
+
+A framework wrapper subclasses `DeepReduceBase` and supplies four collectives on its process
+set (`_broadcast_object`, `_time_allreduce`, `_time_allgather`, `_set_size`); everything
+else, including the calibration that the time-aware planner starts from, is here.
+"""
+import sys
+import warnings
+
+from .compressor import Pipeline
+from .errors import DeepReduceError
+from .planner import (EXACT_CANDIDATES, SPARSE_CANDIDATES, FixedPlanner, LinkModel, TimePlanner,
+                      calibrate_cpu, parse_bandwidth)
+from .selector import is_auto
+
+OBJECTIVES = ("time", "bytes")
+_CALIBRATIONS = {}  # (process set id, size, config) -> (link models, priors): once per process
+
+
+class DeepReduceBase:
+    """Sparsify, encode and allgather gradients (see the framework modules for the mechanics).
+
+    Keyword arguments:
+      sparsifier: "topk" (default), "randomk", "threshold" or "none"; ratio (0.01), threshold.
+      index, value: codec ids or configs (see deepreduce_hvd.SparseCodec); "auto" (the default
+        for both) lets the planner choose per tensor; value {"id": "auto", "max_error": e}
+        bounds the relative L2 error of lossy value codecs (default 0.05).
+      memory: "residual" (error feedback, the default) or None.
+      min_size: tensors with fewer elements are never sparsified (default 1000).
+      objective: "time" (default): with an "auto" codec, each tensor takes the way with the
+        least predicted time, Horovod's own fp32 or fp16 allreduce included; "bytes": the
+        smallest payload every time.
+      bandwidth: the link's bits per second (a number or "1gbit", "100mbit"); by default it is
+        measured once with the job's own collectives.
+      process_set: the Horovod process set the gradients are reduced over (default: the
+        optimizer's or allreduce's own, else the global set).
+      seed: for random-k.
+    """
+
+    def __init__(self, sparsifier="topk", ratio=0.01, threshold=0.0, index="auto", value="auto",
+                 arrangement="auto", memory="residual", min_size=1000, seed=0, objective="time",
+                 bandwidth=None, process_set=None):
+        if objective not in OBJECTIVES:
+            raise DeepReduceError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
+        self.pipeline = Pipeline(sparsifier=sparsifier, ratio=ratio, threshold=threshold,
+                                 index=index, value=value, arrangement=arrangement, memory=memory,
+                                 min_size=min_size, seed=seed)
+        self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)
+        self.process_set = process_set
+        self.time_aware = objective == "time" and (is_auto(index) or is_auto(value))
+        self._index, self._value = index, value
+        self._planner = None
+        self._warned_unnamed = False
+
+    # ---- planning ----
+    def candidates(self):
+        """The sparse (index, value) pairs the time-aware planner chooses among."""
+        config = self.pipeline.codec.get_config()
+        max_error = config["value"].get("max_error", 0.05) if is_auto(self._value) else None
+        if is_auto(self._value):
+            values = ["raw"] if max_error == 0 else ["fp16", {"id": "entropy",
+                                                              "max_error": 0.8 * max_error}]
+        else:
+            values = [self._value]
+        indices = ["golomb", "entropy"] if is_auto(self._index) else [self._index]
+        return [(i, v) for i in indices for v in values]
+
+    def planner(self, process_set=None):
+        """The planner (built, and for the time-aware mode calibrated, on first use)."""
+        if self._planner is None:
+            if not self.time_aware:
+                self._planner = FixedPlanner(self.pipeline)
+            else:
+                links, priors = self._calibration(process_set)
+                lossy = not self.pipeline.codec.lossless
+                self._planner = TimePlanner(self.pipeline, links, self._set_size(process_set),
+                                            priors, self.candidates(), allow_fp16=lossy)
+        return self._planner
+
+    def _calibration(self, process_set):
+        """Link models and CPU priors, measured once per process and agreed across ranks
+        (rank 0's numbers are broadcast), so every rank predicts the same."""
+        size = self._set_size(process_set)
+        key = (id(process_set), size, repr(self.candidates()), self.bandwidth,
+               repr(self.pipeline.get_config()))
+        if key not in _CALIBRATIONS:
+            priors = calibrate_cpu(self.pipeline, self.candidates())
+            if self.bandwidth is not None:
+                link = LinkModel(latency=1e-4, bandwidth=self.bandwidth / 8)
+                links = {"allreduce": link, "allgather": link}
+            else:
+                links = self._measure_links(process_set, size)
+            _CALIBRATIONS[key] = self._broadcast_object((links, priors), process_set)
+        return _CALIBRATIONS[key]
+
+    def _measure_links(self, process_set, size, small=1 << 10, large=1 << 17, repeats=3):
+        """Latency and bandwidth of allreduce and allgather from timed collectives of two sizes
+        (float32 elements), fastest of a few tries."""
+        links = {}
+        for kind, timer, moved in (
+                ("allreduce", self._time_allreduce, lambda n: 2 * (size - 1) / size * 4 * n),
+                ("allgather", self._time_allgather, lambda n: (size - 1) * 4 * n)):
+            points = []
+            for n in (small, large):
+                seconds = min(timer(n, process_set, f"{kind}.{n}.{i}") for i in range(repeats))
+                points.append((max(moved(n), 1.0), seconds))
+            links[kind] = LinkModel.fit(*points)
+        return links
+
+    # ---- names ----
+    def _warn_unnamed(self):
+        if self.pipeline.memory is not None and not self._warned_unnamed:
+            self._warned_unnamed = True
+            warnings.warn("DeepReduce: a compressed tensor has no name, so it gets no error "
+                          "feedback (residual memory). Name it: pass named_parameters to the "
+                          "optimizer and call compression.name_parameters(...), or give "
+                          "hvd.allreduce a name=.", RuntimeWarning, stacklevel=3)
+
+    # ---- stats ----
+    def stats(self):
+        """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_allreduced,
+        tensors_passed_through, tensors_nonfinite, encode_s, decode_s (this rank, since the
+        last reset) and, in the time-aware mode, "tensors": each tensor's choice with the
+        predicted and measured costs behind it."""
+        out = self.pipeline.stats.as_dict()
+        if self._planner is not None and self.time_aware:
+            out["tensors"] = self._planner.report()
+        return out
+
+    def reset_stats(self):
+        self.pipeline.stats.reset()
+
+    # ---- what a framework supplies ----
+    def _set_size(self, process_set):
+        raise NotImplementedError
+
+    def _broadcast_object(self, obj, process_set):
+        raise NotImplementedError
+
+    def _time_allreduce(self, elements, process_set, name):
+        raise NotImplementedError
+
+    def _time_allgather(self, elements, process_set, name):
+        raise NotImplementedError
+
+
+def horovod_caller(depth=2):
+    """(name, process_set) of the Horovod call that invoked compress, read from its frames:
+    the optimizer's parameter name (torch: `_allreduce_grad_async` and the grouped path) or
+    the `name=` given to hvd.allreduce / grouped_allreduce; (None, None) when not found.
+
+    This reads Horovod 0.28's private frames; explicit names (name_parameters, named) take
+    precedence, and a missing name is warned about when error feedback is on."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None, None
+    for _ in range(4):
+        if frame is None:
+            break
+        local = frame.f_locals
+        owner = local.get("self")
+        if "p" in local:  # torch optimizer, or the comprehension of its grouped path
+            for owner_frame in (frame, frame.f_back):
+                holder = owner_frame.f_locals.get("self") if owner_frame else None
+                names = getattr(holder, "_parameter_names", None)
+                if names is not None:
+                    return names.get(local["p"]), getattr(holder, "process_set", None)
+        if "compression" in local and ("name" in local or "process_set" in local):
+            name = local.get("name")
+            return (name if isinstance(name, str) else None), local.get("process_set")
+        if owner is not None and hasattr(owner, "_parameter_names"):
+            return None, getattr(owner, "process_set", None)
+        frame = frame.f_back
+    return None, None
