@@ -2,7 +2,7 @@
 import argparse
 
 
-def compression_parser(doc, sparsifier="topk", value="entropy"):
+def compression_parser(doc, sparsifier="topk", value="auto"):
     """An ArgumentParser holding the compression options every job takes."""
     parser = argparse.ArgumentParser(description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -10,9 +10,13 @@ def compression_parser(doc, sparsifier="topk", value="entropy"):
                         help="deepreduce, or Horovod's own none / fp16 for comparison")
     parser.add_argument("--sparsifier", default=sparsifier, choices=["topk", "randomk", "threshold"])
     parser.add_argument("--ratio", type=float, default=0.01)
-    parser.add_argument("--index", default="entropy")
+    parser.add_argument("--index", default="auto")
     parser.add_argument("--value", default=value)
     parser.add_argument("--memory", default="residual", choices=["residual", "none"])
+    parser.add_argument("--objective", default="time", choices=["time", "bytes"],
+                        help="with an 'auto' codec: least predicted time (default) or fewest bytes")
+    parser.add_argument("--bandwidth", default=None,
+                        help="the link, e.g. 1gbit (default: measured by a short calibration)")
     return parser
 
 
@@ -30,4 +34,5 @@ def add_digits_training_args(parser):
 def pipeline_config(args):
     """DeepReduce keyword arguments from the parsed options."""
     return dict(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index, value=args.value,
-                memory=None if args.memory == "none" else "residual")
+                memory=None if args.memory == "none" else "residual", objective=args.objective,
+                bandwidth=args.bandwidth)

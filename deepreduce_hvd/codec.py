@@ -121,11 +121,14 @@ def decode_unordered(payload_bytes, max_elements=DEFAULT_MAX_ELEMENTS, expect_sh
     """Like decode, with the positions in the payload's own order (each index codec
     guarantees they are unique); what a receiver that only sums needs.
 
-    The value section is checked and decoded before the index section, so a declared count is
-    held against the bytes that must carry it before any index work is done.
+    A declared count is held against the bytes of both sections before anything is decoded;
+    then the values are decoded, then the positions.
     """
     try:
         p = payload.parse(payload_bytes, max_elements, expect_shape, expect_dtype)
+        if p.count > p.index_codec.max_count(p.index_body, p.size):
+            raise DeepReduceError(f"payload declares {p.count} values but its {len(p.index_body)} "
+                                  f"index bytes ({p.index_codec.codec_id}) cannot hold them")
         values = arrangement.restore(p.layout, p.extra,
                                      p.value_codec.decode(p.value_body, p.count, p.dtype))
         indices = p.index_codec.decode(p.index_body, p.size, p.count, shape=p.shape)

@@ -53,6 +53,11 @@ class IndexCodec(Codec):
         follow (the order encode returned); count is the number of values."""
         raise NotImplementedError
 
+    def max_count(self, body, size):
+        """The most positions a valid body of these bytes can hold: a declared count above it
+        is refused before anything is decoded."""
+        return size
+
 
 class ValueEncoding(NamedTuple):
     """A value codec's output: the body, the order it sorted the values by (None: kept), and

@@ -54,13 +54,14 @@ _POOL = None
 PARALLEL_BYTES = 1 << 16  # decode payloads on worker threads above this many bytes in all
 
 
-def decode_all(payloads, shape):
+def decode_all(payloads, shape, dtype_name):
     """(values, positions) of each payload, in rank order. Large sets are decoded on a small
     thread pool (the native kernels release the GIL); the caller still adds them in rank
-    order, so every rank computes the same bits."""
+    order, so every rank computes the same bits. Every payload must hold `dtype_name` values
+    of `shape`."""
     global _POOL
     limit = max(math.prod(shape), 1)
-    decode = lambda p: decode_unordered(p, limit, shape)[:2]  # noqa: E731
+    decode = lambda p: decode_unordered(p, limit, shape, dtype_name)[:2]  # noqa: E731
     if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
         return map(decode, payloads)
     if _POOL is None:
@@ -141,10 +142,11 @@ class Pipeline:
         seed = zlib.crc32(f"{name}:{step}".encode()) ^ self.seed
         return (*sparsify.randomk(compensated, self.ratio, seed), seed, compensated)
 
-    def compress(self, name, dense, codec=None):
+    def compress(self, name, dense, codec=None, fallback=None):
         """dense numpy gradient -> frame bytes for the allgather. The residual memory, if any,
         is keyed by name; tensors without a name (None) get no error feedback. codec: the
-        SparseCodec to use this time (default: the pipeline's)."""
+        SparseCodec to use this time (default: the pipeline's); fallback: a codec to use if
+        that one cannot encode these values (else every rank raises the error)."""
         start = time.perf_counter()
         dtype_name = dense.dtype.name
         codec = codec or self.codec
@@ -157,9 +159,16 @@ class Pipeline:
                 self.memory.reset(name)
         else:
             values, indices, seed, compensated = picked
+            values = values.astype(dense.dtype, copy=False)
             try:
-                encoded = codec.encode_full(values.astype(dense.dtype, copy=False), indices,
-                                            dense.shape, dense=compensated, seed=seed)
+                try:
+                    encoded = codec.encode_full(values, indices, dense.shape, dense=compensated,
+                                                seed=seed)
+                except DeepReduceError:
+                    if fallback is None:
+                        raise
+                    encoded = fallback.encode_full(values, indices, dense.shape,
+                                                   dense=compensated, seed=seed)
                 kind, payload = frames.PAYLOAD, encoded.payload
                 if self.memory is not None and name is not None:
                     self.memory.deliver(name, encoded.positions, encoded.values)
@@ -174,10 +183,11 @@ class Pipeline:
         self.stats.tensors_compressed += 1
         return frame
 
-    def decompress(self, gathered, shape, dtype_name, ranks, name=None):
-        """The concatenated frames of every rank (an allgather's output) -> their sum, dense
-        float32, added in rank order so that every rank computes the same bits. Returns
-        (sum, frames) where frames carry each rank's measured costs."""
+    def decompress(self, gathered, shape, dtype_name, ranks, name=None, out=None, scale=1.0):
+        """The concatenated frames of every rank (an allgather's output) -> scale times their
+        sum, dense float32, added in rank order so that every rank computes the same bits.
+        out: a float32 buffer of the tensor's size to write the sum into (else a new one).
+        Returns (sum, frames); the frames carry each rank's measured costs."""
         start = time.perf_counter()
         shape = check_shape(shape)
         if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
@@ -188,12 +198,17 @@ class Pipeline:
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(f"rank {frame.rank} could not encode this tensor: "
                                       f"{bytes(frame.payload).decode(errors='replace')}")
-        total = np.zeros(math.prod(shape), dtype=np.float32)
+        if out is None:
+            total = np.zeros(math.prod(shape), dtype=np.float32)
+        else:
+            total = out.reshape(-1)
+            total.fill(0.0)
         if any(frame.kind == frames.NONFINITE for frame in received):
             total[:] = np.nan
         else:
-            for values, indices in decode_all([frame.payload for frame in received], shape):
-                scatter_add(total, indices, values)
+            for values, indices in decode_all([frame.payload for frame in received], shape,
+                                              dtype_name):
+                scatter_add(total, indices, values, scale)
         elapsed = time.perf_counter() - start
         self._last_decode[name] = elapsed
         self.stats.decode_s += elapsed

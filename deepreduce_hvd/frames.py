@@ -14,6 +14,7 @@ import struct
 from typing import NamedTuple
 
 from .errors import DeepReduceError
+from .payload import byte_view
 
 MAGIC = b"DRF2"
 _HEAD = struct.Struct("<4sIIBII")
@@ -38,7 +39,7 @@ def write(fingerprint, kind, payload, encode_s=0.0, decode_s=0.0):
 def read_all(gathered, ranks, fingerprint, describe):
     """The frames of every rank in an allgather's output, checked against the fingerprint
     (`describe` says what was expected, for the error message)."""
-    view = memoryview(gathered).cast("B")
+    view = byte_view(gathered)
     at, frames = 0, []
     for rank in range(ranks):
         if len(view) - at < HEADER or bytes(view[at:at + 4]) != MAGIC:

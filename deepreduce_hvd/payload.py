@@ -96,8 +96,10 @@ def parse(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None, expect_
         raise DeepReduceError("payload checksum mismatch: corrupted bytes")
     reader, out = ByteReader(body), Parsed()
     out.dtype = dtype_from_code(reader.u8())
-    if expect_dtype is not None and out.dtype != np.dtype(expect_dtype):
-        raise DeepReduceError(f"payload holds {out.dtype} values, expected {np.dtype(expect_dtype)}")
+    if expect_dtype is not None:
+        expected = expect_dtype if isinstance(expect_dtype, str) else np.dtype(expect_dtype).name
+        if out.dtype.name != expected:
+            raise DeepReduceError(f"payload holds {out.dtype.name} values, expected {expected}")
     out.layout = reader.u8()
     if out.layout not in arrangement.LAYOUTS:
         raise DeepReduceError(f"unknown value layout {out.layout}")

@@ -1,21 +1,30 @@
 """Which way each tensor travels: by least predicted time (the default), or always sparse.
 
 For every tensor the time-aware planner compares Horovod's own allreduce of the (error-
-compensated) tensor in fp32 or fp16 with a sparse allgather through each candidate codec
-pair, predicting for each option
+compensated) tensor with a sparse allgather through each candidate codec pair, predicting for
+each option
 
     encode on the sender + the bytes over the link + decoding P payloads on each receiver.
+
+Horovod fuses allreduces into one buffer per dtype, so the dense option pays no latency of its
+own, and every dense tensor of a job uses one dtype (fp16 when lossy values are allowed, else
+fp32): mixing the two costs Horovod a second fused collective every cycle (measured here: 6-10
+ms of waiting per step with one dtype, about 50 with both). Each sparse allgather pays the
+measured allgather latency.
 
 The link model (latency and bandwidth of allreduce and allgather) comes from a short
 calibration with the job's own collectives, or from `bandwidth=`; CPU costs start from a
 calibration on this host and are replaced by the costs measured in the job: every frame carries
 its sender's encode time and last decode time, and the payload sizes are in the frames too.
-Each sparse candidate is tried for two steps before the planner settles (`explore_steps`).
+A cost is the least of its recent measurements (on shared cores a stall only adds time).
+After a few warm steps each sparse candidate is tried for a few steps before the planner
+settles, and the runner-up is measured again now and then.
 
 Every input to a decision is identical on every rank (calibrations are agreed once, the
 measurements arrive in the allgathered frames, step counters advance together), and so is every
 decision: a tensor never goes to an allgather on one rank and an allreduce on another.
 """
+import collections
 import math
 import time
 from typing import NamedTuple, Optional
@@ -26,19 +35,24 @@ from .codec import SparseCodec
 from .errors import DeepReduceError
 
 ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, PASS = "allreduce", "allreduce_fp16", "allgather", "pass"
+FALLBACK = ("golomb", "raw")  # exact for any finite values: what a failing candidate is replaced by
 SPARSE_CANDIDATES = (("golomb", "fp16"), ("entropy", "entropy"), ("golomb", "entropy"),
                      ("entropy", "fp16"))
 EXACT_CANDIDATES = (("golomb", "raw"), ("entropy", "raw"))
-STEPS_PER_CANDIDATE = 2
-SMOOTHING = 0.5  # weight of a new measurement in the running estimate
+WARM_STEPS = 3           # steps on the prior's choice before exploring (first steps are slow)
+STEPS_PER_CANDIDATE = 3  # measurements of each sparse candidate while exploring
+REVISIT = 25             # then every REVISIT steps the runner-up is measured once more
+WINDOW = 8  # a cost is the least of its last WINDOW measurements: stalls only ever add time
 
 
 class Plan(NamedTuple):
     """How one tensor travels this step: kind is "allreduce", "allreduce_fp16", "allgather"
-    (with codec) or "pass" (unchanged, uncompressed); label names the option in stats."""
+    (with codec, and a fallback codec if that one cannot encode) or "pass" (unchanged,
+    uncompressed); label names the option in stats."""
     kind: str
     codec: Optional[SparseCodec] = None
     label: str = ""
+    fallback: Optional[SparseCodec] = None
 
 
 class LinkModel(NamedTuple):
@@ -145,50 +159,51 @@ class FixedPlanner:
 
 
 class _TensorState:
-    __slots__ = ("step", "measured", "last", "choice", "predicted")
+    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked")
 
     def __init__(self):
         self.step = 0
-        self.measured = {}   # label -> {"encode": s, "decode": s, "bytes": n}
+        self.measured = {}   # label -> {"encode": [s], "decode": [s], "bytes": [n]}
         self.last = None     # label of the previous step's option
         self.choice = None
         self.predicted = {}
+        self.ranked = None   # options by predicted time; None: to be recomputed
 
 
 class TimePlanner:
     """Least predicted time per tensor among dense allreduce (fp32, fp16) and sparse candidates.
 
-    link: LinkModel; ranks: how many ranks exchange payloads; priors: {label: Costs} from
+    links: {"allreduce": LinkModel, "allgather": LinkModel}; ranks: how many ranks exchange payloads; priors: {label: Costs} from
     calibrate_cpu (agreed across ranks); candidates: the sparse (index, value) pairs;
-    allow_fp16: whether the dense fp16 allreduce is an option (value codecs may be lossy).
+    allow_fp16: whether dense tensors travel as fp16 (value codecs may be lossy) or fp32.
     """
 
-    def __init__(self, pipeline, link, ranks, priors, candidates, allow_fp16=True,
-                 explore_steps=STEPS_PER_CANDIDATE):
-        self.pipeline, self.link, self.ranks, self.priors = pipeline, link, ranks, priors
+    def __init__(self, pipeline, links, ranks, priors, candidates, allow_fp16=True,
+                 warm_steps=WARM_STEPS, explore_steps=STEPS_PER_CANDIDATE, revisit=REVISIT):
+        self.pipeline, self.links, self.ranks, self.priors = pipeline, links, ranks, priors
         self.candidates = {option_label(i, v): SparseCodec(index=i, value=v) for i, v in candidates}
-        self.allow_fp16, self.explore_steps = allow_fp16, explore_steps
+        self.fallback = SparseCodec(*FALLBACK)
+        self.allow_fp16, self.warm_steps = allow_fp16, warm_steps
+        self.explore_steps, self.revisit = explore_steps, revisit
         self._tensors = {}
 
     def _predict(self, label, n, k, measured):
         """Predicted seconds for one option on a tensor of n elements with k selected."""
         prior = self.priors[label]
-        if label in (ALLREDUCE, ALLREDUCE_FP16):
+        if label in (ALLREDUCE, ALLREDUCE_FP16):  # fused with the others: bytes, no latency
             cpu = prior.encode_fixed + prior.encode_per_element * n
-            return cpu + self.link.allreduce(n * prior.bits_per_selected / 8, self.ranks)
-        seen = measured.get(label)
-        if seen and "bytes" in seen:
-            nbytes = seen["bytes"]
-        else:
-            nbytes = 64 + prior.bits_per_selected * k / 8
-        encode = seen["encode"] if seen and "encode" in seen else (
+            link = self.links["allreduce"]
+            return cpu + link.allreduce(n * prior.bits_per_selected / 8, self.ranks) - link.latency
+        seen = measured.get(label, {})
+        nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
+        encode = min(seen["encode"]) if "encode" in seen else (
             prior.encode_fixed + prior.encode_per_element * n)
-        decode = seen["decode"] if seen and "decode" in seen else (
+        decode = min(seen["decode"]) if "decode" in seen else (
             prior.decode_fixed + self.ranks * prior.decode_per_payload_selected * k)
-        return encode + self.link.allgather(nbytes, self.ranks) + decode
+        return encode + self.links["allgather"].allgather(nbytes, self.ranks) + decode
 
     def _options(self, size):
-        dense = [ALLREDUCE] + ([ALLREDUCE_FP16] if self.allow_fp16 else [])
+        dense = [ALLREDUCE_FP16 if self.allow_fp16 else ALLREDUCE]
         if size < max(self.pipeline.min_size, 1):
             return dense
         return dense + list(self.candidates)
@@ -199,24 +214,37 @@ class TimePlanner:
         if not is_float or size == 0:
             return Plan(PASS)
         state = self._tensors.setdefault(name, _TensorState())
-        k = self.pipeline.selection_count(size)
-        options = [label for label in self._options(size)
-                   if kinds is None or (ALLGATHER if label in self.candidates else label) in kinds]
-        if not options:
-            raise DeepReduceError(f"no option of kind {kinds} for a tensor of {size} elements")
-        state.predicted = {label: self._predict(label, size, k, state.measured) for label in options}
-        best = min(options, key=lambda label: (state.predicted[label], label))
-        sparse = [label for label in options if label in self.candidates]
-        exploring = state.step // self.explore_steps
-        if best in self.candidates and exploring < len(sparse):
-            best = sparse[exploring]  # try each candidate before settling
+        if state.ranked is None:  # predictions change only when measurements arrive
+            k = self.pipeline.selection_count(size)
+            options = [label for label in self._options(size) if kinds is None or
+                       (ALLGATHER if label in self.candidates else label) in kinds]
+            if not options:
+                raise DeepReduceError(f"no option of kind {kinds} for a tensor of {size} elements")
+            state.predicted = {label: self._predict(label, size, k, state.measured)
+                               for label in options}
+            state.ranked = sorted(options, key=lambda label: (state.predicted[label], label))
+        best = state.ranked[0]
+        if best in self.candidates:
+            sparse = [label for label in state.ranked if label in self.candidates]
+            best = self._explore(state.step, sparse, [label for label in self.candidates
+                                                      if label in state.predicted]) or best
         state.choice = best
         state.step += 1
         if best == ALLREDUCE:
             return Plan(ALLREDUCE, None, best)
         if best == ALLREDUCE_FP16:
             return Plan(ALLREDUCE_FP16, None, best)
-        return Plan(ALLGATHER, self.candidates[best], best)
+        return Plan(ALLGATHER, self.candidates[best], best, self.fallback)
+
+    def _explore(self, step, ranked_sparse, order):
+        """The candidate to measure at this step, or None: after the warm steps each one in
+        turn, then the runner-up once every `revisit` steps."""
+        explored = self.warm_steps + self.explore_steps * len(order)
+        if self.warm_steps <= step < explored:
+            return order[(step - self.warm_steps) // self.explore_steps]
+        if step >= explored and len(ranked_sparse) > 1 and (step - explored) % self.revisit == self.revisit - 1:
+            return ranked_sparse[1]
+        return None
 
     def observe(self, name, plan, received, decode_s):
         """After a sparse step: every rank's encode time and payload size for this step, and
@@ -226,25 +254,27 @@ class TimePlanner:
             if state is not None:
                 state.last = plan.label
             return
+        state.ranked = None
         seen = state.measured.setdefault(plan.label, {})
-        _blend(seen, "encode", max(frame.encode_s for frame in received))
-        _blend(seen, "bytes", float(np.mean([len(frame.payload) for frame in received])))
+        _record(seen, "encode", max(frame.encode_s for frame in received))
+        _record(seen, "bytes", float(np.mean([len(frame.payload) for frame in received])))
         if state.last in self.candidates and any(frame.decode_s for frame in received):
-            _blend(state.measured.setdefault(state.last, {}), "decode",
-                   max(frame.decode_s for frame in received))
+            _record(state.measured.setdefault(state.last, {}), "decode",
+                    max(frame.decode_s for frame in received))
         state.last = plan.label
 
     def report(self):
         """Per tensor: the option chosen last, and the predicted seconds of every option."""
         return {name: {"choice": state.choice, "steps": state.step,
                        "predicted_ms": {k: round(1e3 * v, 3) for k, v in state.predicted.items()},
-                       "measured": {label: dict(m) for label, m in state.measured.items()}}
+                       "measured": {label: {key: min(values) for key, values in m.items()}
+                                    for label, m in state.measured.items()}}
                 for name, state in self._tensors.items()}
 
 
-def _blend(record, key, value):
-    record[key] = value if key not in record else (
-        SMOOTHING * value + (1 - SMOOTHING) * record[key])
+def _record(record, key, value):
+    """Append a measurement (the slowest rank's, every rank the same) to its window."""
+    record.setdefault(key, collections.deque(maxlen=WINDOW)).append(value)
 
 
 def parse_bandwidth(value):

@@ -1,7 +1,8 @@
 """zlib with bounded decompression (no zip bombs, no trailing bytes).
 
-`inflate` returns exactly `expected` bytes or raises DeepReduceError; it never inflates past
-that and refuses bytes after the end of the stream.
+`inflate` returns exactly `expected` bytes or raises DeepReduceError: it refuses, before any
+work, more than deflate can reach from the bytes present (MAX_RATIO), never inflates past
+`expected`, and refuses bytes after the end of the stream.
 """
 import zlib
 
@@ -12,7 +13,12 @@ def deflate(data, level=9):
     return zlib.compress(bytes(data), level)
 
 
+MAX_RATIO = 1032  # deflate's largest expansion: 258 bytes from a 2-bit code
+
+
 def inflate(data, expected):
+    if expected > MAX_RATIO * len(data) + 64:
+        raise DeepReduceError(f"deflate stream of {len(data)} bytes cannot hold {expected}")
     stream = zlib.decompressobj()
     try:
         out = stream.decompress(bytes(data), expected)

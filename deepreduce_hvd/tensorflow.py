@@ -23,6 +23,7 @@ Keras: Horovod 0.28.1 predates Keras 3, so use tf-keras (`pip install tf-keras`,
 DistributedGradientTape; for Keras 3 models take gradients with a plain tf.GradientTape and
 reduce them with `allreduce_gradients` below, then apply them with the Keras optimizer.
 """
+import itertools
 import time
 
 import horovod.tensorflow as hvd
@@ -33,6 +34,8 @@ from horovod.tensorflow.compression import Compressor
 from .errors import DeepReduceError
 from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
 from .wrapper import DeepReduceBase, horovod_caller
+
+_AGREEMENTS = itertools.count()
 
 
 def allreduce_gradients(gradients, variables, compression, op=hvd.Average,
@@ -52,8 +55,8 @@ class DeepReduce(DeepReduceBase, Compressor):
     min_size, objective, bandwidth, process_set, seed)."""
 
     def compress(self, tensor):
-        name, caller_set = horovod_caller()
-        process_set = self._process_set(caller_set)
+        caller = horovod_caller()
+        name, process_set = caller.name, self._process_set(caller.process_set)
         size = tensor.shape.num_elements()
         if isinstance(tensor, tf.IndexedSlices) or size is None:
             self._count_passed_through(size or 0, tensor.dtype.size)
@@ -81,7 +84,8 @@ class DeepReduce(DeepReduceBase, Compressor):
         def encode(dense):
             step = plan if eager else planner.plan(key, dense.size, True, kinds=(ALLGATHER,))
             plans["current"] = step
-            return np.frombuffer(pipeline.compress(name, dense, step.codec), dtype=np.uint8)
+            return np.frombuffer(pipeline.compress(name, dense, step.codec, step.fallback),
+                                 dtype=np.uint8)
 
         payload = tf.numpy_function(encode, [tensor], tf.uint8, stateful=True)
         payload.set_shape([None])
@@ -101,9 +105,10 @@ class DeepReduce(DeepReduceBase, Compressor):
 
         def decode(frames, scale):
             start = time.perf_counter()
-            total, received = pipeline.decompress(frames, tuple(shape), dtype_name, ranks, key)
+            total, received = pipeline.decompress(frames, tuple(shape), dtype_name, ranks, key,
+                                                  scale=float(scale[0]))
             planner.observe(key, plans["current"], received, time.perf_counter() - start)
-            return total * scale[0]
+            return total
 
         out = tf.numpy_function(decode, [gathered, tensor], tf.float32, stateful=True)
         return tf.cast(tf.reshape(out, shape), dtype)
@@ -137,6 +142,12 @@ class DeepReduce(DeepReduceBase, Compressor):
         root = min(process_set.ranks) if process_set.ranks else 0
         return hvd.broadcast_object(obj, root_rank=root, name="DeepReduce.calibration",
                                     process_set=process_set)
+
+    def _agree_max(self, value, process_set):
+        values = hvd.allgather(tf.constant([float(value)], tf.float64),
+                               name=f"DeepReduce.agree.{next(_AGREEMENTS)}",
+                               process_set=process_set or hvd.global_process_set)
+        return float(tf.reduce_max(values).numpy())
 
     def _time_allreduce(self, elements, process_set, name):
         tensor = tf.zeros([elements], tf.float32)

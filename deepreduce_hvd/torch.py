@@ -27,10 +27,10 @@ Process sets: the payload travels on the process set of the optimizer or allredu
 Passed through unchanged (and exact): integer tensors and sparse-layout gradients. CUDA
 tensors are sparsified on the host (see the README for the device path).
 """
+import itertools
 import time
 
 import horovod.torch as hvd
-import numpy as np
 import torch
 from horovod.torch.compression import Compressor
 
@@ -39,6 +39,7 @@ from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
 from .wrapper import DeepReduceBase, horovod_caller
 
 _NAME_ATTR = "_deepreduce_name"
+_AGREEMENTS = itertools.count()
 
 
 def named(tensor, name):
@@ -48,13 +49,17 @@ def named(tensor, name):
 
 
 class _Pending:
-    """What decompress needs about the tensor that compress took."""
-    __slots__ = ("handle", "shape", "dtype", "device", "dtype_name", "name", "plan", "ranks")
+    """What decompress needs about the tensor that compress took. `out`: the gradient itself
+    when the optimizer reduces it in place (a contiguous float32 CPU tensor), so the sum is
+    written there instead of into a new buffer."""
+    __slots__ = ("handle", "shape", "dtype", "device", "dtype_name", "name", "plan", "ranks", "out")
 
-    def __init__(self, handle, tensor, dtype_name, name, plan, ranks):
+    def __init__(self, handle, tensor, dtype_name, name, plan, ranks, in_place=False):
         self.handle, self.shape, self.dtype = handle, tuple(tensor.shape), tensor.dtype
         self.device, self.dtype_name, self.name = tensor.device, dtype_name, name
         self.plan, self.ranks = plan, ranks
+        self.out = tensor if in_place and tensor.device.type == "cpu" and \
+            tensor.dtype == torch.float32 and tensor.is_contiguous() else None
 
 
 class DeepReduce(DeepReduceBase, Compressor):
@@ -72,9 +77,9 @@ class DeepReduce(DeepReduceBase, Compressor):
         return self
 
     def compress(self, tensor):
-        name, caller_set = horovod_caller()
-        name = getattr(tensor, _NAME_ATTR, None) or name
-        process_set = self._process_set(caller_set)
+        caller = horovod_caller()
+        name = getattr(tensor, _NAME_ATTR, None) or caller.name
+        process_set = self._process_set(caller.process_set)
         if tensor.is_sparse:
             self.pipeline.passed_through(tensor.numel(), tensor.element_size())
             return tensor, None
@@ -94,11 +99,11 @@ class DeepReduce(DeepReduceBase, Compressor):
             sent = self.pipeline.compress_dense(name, host.numpy(), plan.kind == ALLREDUCE_FP16)
             return (torch.from_numpy(sent).to(tensor.device),
                     _Pending(None, tensor, dtype_name, key, plan, ranks))
-        frame = self.pipeline.compress(name, host.numpy(), plan.codec)
+        frame = self.pipeline.compress(name, host.numpy(), plan.codec, plan.fallback)
         gathered = hvd.allgather_async(torch.frombuffer(bytearray(frame), dtype=torch.uint8),
                                        name=f"DeepReduce.{key}", process_set=process_set)
         placeholder = torch.full((1,), 1.0 / ranks, dtype=torch.float32)
-        return placeholder, _Pending(gathered, tensor, dtype_name, key, plan, ranks)
+        return placeholder, _Pending(gathered, tensor, dtype_name, key, plan, ranks, caller.optimizer)
 
     def decompress(self, tensor, ctx):
         if ctx is None:
@@ -109,10 +114,13 @@ class DeepReduce(DeepReduceBase, Compressor):
             return tensor.to(dtype=ctx.dtype)
         gathered = hvd.synchronize(ctx.handle)
         start = time.perf_counter()
+        out = None if ctx.out is None else ctx.out.detach().numpy()
         total, received = self.pipeline.decompress(gathered.numpy(), ctx.shape, ctx.dtype_name,
-                                                   ctx.ranks, ctx.name)
+                                                   ctx.ranks, ctx.name, out=out,
+                                                   scale=tensor.item())
         planner.observe(ctx.name, ctx.plan, received, time.perf_counter() - start)
-        total *= np.float32(tensor.item())
+        if ctx.out is not None:
+            return ctx.out
         return torch.from_numpy(total).to(device=ctx.device, dtype=ctx.dtype)
 
     def _process_set(self, caller_set):
@@ -134,6 +142,12 @@ class DeepReduce(DeepReduceBase, Compressor):
         return hvd.broadcast_object(obj, root_rank=self._root(process_set),
                                     name="DeepReduce.calibration",
                                     process_set=process_set or hvd.global_process_set)
+
+    def _agree_max(self, value, process_set):
+        values = hvd.allgather(torch.tensor([float(value)], dtype=torch.float64),
+                               name=f"DeepReduce.agree.{next(_AGREEMENTS)}",
+                               process_set=process_set or hvd.global_process_set)
+        return float(values.max())
 
     def _root(self, process_set):
         ranks = (process_set or hvd.global_process_set).ranks

@@ -6,6 +6,7 @@ else, including the calibration that the time-aware planner starts from, is here
 """
 import sys
 import warnings
+from typing import NamedTuple, Optional
 
 from .compressor import Pipeline
 from .errors import DeepReduceError
@@ -93,18 +94,25 @@ class DeepReduceBase:
             _CALIBRATIONS[key] = self._broadcast_object((links, priors), process_set)
         return _CALIBRATIONS[key]
 
-    def _measure_links(self, process_set, size, small=1 << 10, large=1 << 17, repeats=3):
-        """Latency and bandwidth of allreduce and allgather from timed collectives of two sizes
-        (float32 elements), fastest of a few tries."""
+    def _measure_links(self, process_set, size, small=1 << 10, repeats=3, long_enough=0.03,
+                       largest=1 << 23):
+        """Latency and bandwidth of allreduce and allgather from timed collectives: a small one,
+        and one grown until it takes `long_enough` seconds (so a link's burst allowance does
+        not pass for its rate); the median of a few tries each."""
         links = {}
         for kind, timer, moved in (
                 ("allreduce", self._time_allreduce, lambda n: 2 * (size - 1) / size * 4 * n),
                 ("allgather", self._time_allgather, lambda n: (size - 1) * 4 * n)):
-            points = []
-            for n in (small, large):
-                seconds = min(timer(n, process_set, f"{kind}.{n}.{i}") for i in range(repeats))
-                points.append((max(moved(n), 1.0), seconds))
-            links[kind] = LinkModel.fit(*points)
+            def median_time(n):
+                return sorted(timer(n, process_set, f"{kind}.{n}.{i}") for i in range(repeats))[repeats // 2]
+            small_time = median_time(small)
+            large = small * 16
+            large_time = self._agree_max(median_time(large), process_set)
+            while large_time < long_enough and large < largest:  # agreed times: every rank
+                large *= 8                                       # runs the same collectives
+                large_time = self._agree_max(median_time(large), process_set)
+            links[kind] = LinkModel.fit((max(moved(small), 1.0), small_time),
+                                        (moved(large), large_time))
         return links
 
     # ---- names ----
@@ -137,6 +145,10 @@ class DeepReduceBase:
     def _broadcast_object(self, obj, process_set):
         raise NotImplementedError
 
+    def _agree_max(self, value, process_set):
+        """The largest of every rank's value (a float), identical on every rank."""
+        raise NotImplementedError
+
     def _time_allreduce(self, elements, process_set, name):
         raise NotImplementedError
 
@@ -144,32 +156,36 @@ class DeepReduceBase:
         raise NotImplementedError
 
 
+class Caller(NamedTuple):
+    """What compress learns about the Horovod call that invoked it."""
+    name: Optional[str] = None
+    process_set: object = None
+    optimizer: bool = False  # a DistributedOptimizer reducing a gradient (in place)
+
+
 def horovod_caller(depth=2):
-    """(name, process_set) of the Horovod call that invoked compress, read from its frames:
-    the optimizer's parameter name (torch: `_allreduce_grad_async` and the grouped path) or
-    the `name=` given to hvd.allreduce / grouped_allreduce; (None, None) when not found.
+    """The Horovod call that invoked compress, read from its frames: the optimizer's parameter
+    name and process set (torch: `_allreduce_grad_async` and the grouped path), or the `name=`
+    and `process_set=` given to hvd.allreduce / grouped_allreduce.
 
     This reads Horovod 0.28's private frames; explicit names (name_parameters, named) take
     precedence, and a missing name is warned about when error feedback is on."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
-        return None, None
+        return Caller()
     for _ in range(4):
         if frame is None:
             break
         local = frame.f_locals
-        owner = local.get("self")
         if "p" in local:  # torch optimizer, or the comprehension of its grouped path
             for owner_frame in (frame, frame.f_back):
                 holder = owner_frame.f_locals.get("self") if owner_frame else None
                 names = getattr(holder, "_parameter_names", None)
                 if names is not None:
-                    return names.get(local["p"]), getattr(holder, "process_set", None)
+                    return Caller(names.get(local["p"]), getattr(holder, "process_set", None), True)
         if "compression" in local and ("name" in local or "process_set" in local):
             name = local.get("name")
-            return (name if isinstance(name, str) else None), local.get("process_set")
-        if owner is not None and hasattr(owner, "_parameter_names"):
-            return None, getattr(owner, "process_set", None)
+            return Caller(name if isinstance(name, str) else None, local.get("process_set"))
         frame = frame.f_back
-    return None, None
+    return Caller()

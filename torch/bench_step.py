@@ -1,14 +1,21 @@
 """One benchmark run (under horovodrun): median training-step time and bytes sent per step.
 
     horovodrun -np 2 -H localhost:2 --gloo python torch/bench_step.py --workload mlp \\
-        --compression deepreduce --index entropy --value qsgd --json out.json
+        --compression deepreduce --json out.json
+    ... --compression none | fp16          Horovod's own allreduce
+    ... --compression compute              no communication at all: the floor
+    ... --compression powersgd --powersgd-rank 1
+                                           PyTorch DDP with the PowerSGD hook (gloo), the peer
+                                           a user would pick instead (horovodrun only launches)
 """
 import json
+import os
 import statistics
 import time
 
 import horovod.torch as hvd
 import torch
+import torch.distributed as dist
 from torch.nn import functional as F
 
 from deepreduce_hvd.cli import compression_parser
@@ -17,10 +24,15 @@ from digits import MODELS, digits_split
 from text import WordLSTM, batches, stdlib_corpus
 from train_digits import make_compression
 
+PEERS = ("compute", "powersgd")
+
 
 def parse_args():
-    parser = compression_parser(__doc__, value="qsgd")
+    parser = compression_parser(__doc__)
+    parser.set_defaults(compression="deepreduce")
     parser.add_argument("--workload", choices=["cnn", "mlp", "lstm"], required=True)
+    parser.add_argument("--peer", choices=PEERS, help="measure a peer instead of Horovod")
+    parser.add_argument("--powersgd-rank", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", required=True)
@@ -46,39 +58,81 @@ def workload(name, generator):
     return model, loss
 
 
+def powersgd_model(model, rank):
+    """DDP over gloo (addresses from horovodrun's environment) with the PowerSGD hook; the
+    bucket size is set explicitly (gloo mismatches collectives with the default buckets)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group("gloo", rank=hvd.rank(), world_size=hvd.size())
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+                                   start_powerSGD_iter=2, min_compression_rate=2, use_error_feedback=True,
+                                   warm_start=True)
+    ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+    return ddp
+
+
+def bytes_sent_powersgd(model, rank):
+    """What PowerSGD sends per step: P (n x r) and Q (m x r) for each compressed matrix, the
+    rest dense (what its hook does with min_compression_rate=2)."""
+    total = 0
+    for p in model.parameters():
+        if p.dim() >= 2:
+            n, m = p.shape[0], p[0].numel()
+            low_rank = (n + m) * rank
+            total += 4 * (low_rank if low_rank * 2 <= n * m else n * m)
+        else:
+            total += 4 * p.numel()
+    return total
+
+
 def main():
     args = parse_args()
     hvd.init()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model, loss_fn = workload(args.workload, torch.Generator().manual_seed(hvd.rank()))
-    compression = make_compression(args)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                   named_parameters=model.named_parameters(),
-                                   compression=compression)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    compression = None
+    if args.peer == "powersgd":
+        model = powersgd_model(model, args.powersgd_rank)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    elif args.peer is None:
+        compression = make_compression(args)
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             compression=compression)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     times = []
     for step in range(args.warmup + args.steps):
         if step == args.warmup and isinstance(compression, DeepReduce):
             compression.reset_stats()
         hvd.allreduce(torch.zeros(1), name=f"barrier.{step}")  # start every step together
         start = time.perf_counter()
-        opt.zero_grad()
+        optimizer.zero_grad()
         loss_fn().backward()
-        opt.step()
+        optimizer.step()
         times.append(time.perf_counter() - start)
-    params = sum(p.numel() for p in model.parameters())
     if isinstance(compression, DeepReduce):
         bytes_per_step = compression.stats()["bytes_sent"] / args.steps
+    elif args.peer == "compute":
+        bytes_per_step = 0
+    elif args.peer == "powersgd":
+        bytes_per_step = bytes_sent_powersgd(model.module, args.powersgd_rank)
     else:
         bytes_per_step = params * (4 if args.compression == "none" else 2)
     result = {"median_step_s": statistics.median(times[args.warmup:]),
               "bytes_per_step": bytes_per_step, "dense_bytes_per_step": 4 * params}
+    if isinstance(compression, DeepReduce) and compression.time_aware:
+        choices = {}
+        for tensor in compression.stats()["tensors"].values():
+            choices[tensor["choice"]] = choices.get(tensor["choice"], 0) + 1
+        result["choices"] = choices
     results = hvd.allgather_object(result)
     if hvd.rank() == 0:
-        merged = {"median_step_s": max(r["median_step_s"] for r in results),
-                  "bytes_per_step": sum(r["bytes_per_step"] for r in results) / len(results),
-                  "dense_bytes_per_step": result["dense_bytes_per_step"]}
+        merged = {**result, "median_step_s": max(r["median_step_s"] for r in results),
+                  "bytes_per_step": sum(r["bytes_per_step"] for r in results) / len(results)}
         with open(args.json, "w") as f:
             json.dump(merged, f)
 

@@ -4,7 +4,7 @@ import numpy as np
 from ..codec_base import IndexCodec
 from ..errors import DeepReduceError
 from ..registry import register
-from ..streams import deflate, inflate
+from ..streams import MAX_RATIO, deflate, inflate
 from ..wire import ByteReader
 from .gaps import check_gap_width, from_gaps, gap_bytes, to_gaps
 
@@ -23,6 +23,9 @@ class DeflateIndex(IndexCodec):
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         width, data = gap_bytes(to_gaps(indices))
         return bytes([width]) + deflate(data, self.level), indices
+
+    def max_count(self, body, size):
+        return MAX_RATIO * len(body)  # at least a byte per gap, at most MAX_RATIO per input byte
 
     def decode(self, body, size, count, shape=None):
         reader = ByteReader(body, "deflate indices")

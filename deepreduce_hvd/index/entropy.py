@@ -43,6 +43,9 @@ class EntropyIndex(IndexCodec):
                     best = IndexEncoding(bytes([_MATRIX, transpose]) + body, indices[order], order)
         return best
 
+    def max_count(self, body, size):
+        return 8 * len(body)  # every position costs at least one bit
+
     def decode(self, body, size, count, shape=None):
         reader = ByteReader(body, "entropy indices")
         mode = reader.u8()

@@ -82,5 +82,8 @@ class GolombIndex(IndexCodec):
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         return encode_rice(to_gaps(indices)), indices
 
+    def max_count(self, body, size):
+        return 8 * len(body)  # every position costs at least one bit
+
     def decode(self, body, size, count, shape=None):
         return from_gaps(decode_rice(body, count, size), size)

@@ -124,5 +124,8 @@ class HuffmanIndex(IndexCodec):
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         return GapStats(to_gaps(indices)).encode(self.extra_bits), indices
 
+    def max_count(self, body, size):
+        return 8 * len(body)  # every position costs at least one bit
+
     def decode(self, body, size, count, shape=None):
         return from_gaps(decode_gaps(body, count), size)

@@ -14,7 +14,7 @@ every line's rank gaps; each gap stream is a Huffman gap plan.
 import numpy as np
 
 from .. import native
-from ..bits import bit_length, pack_fixed, read_fixed
+from ..bits import bit_length, expect_stream_end, pack_fixed, read_fixed
 from ..errors import DeepReduceError
 from ..wire import ByteReader, ByteWriter
 from .gaps import from_gaps, to_gaps
@@ -80,7 +80,10 @@ def decode(body, count, rows, cols, transpose):
     counts = _below(decode_gaps(reader.section(), nlines), nranked) + 1
     if int(counts.sum()) != count:
         raise DeepReduceError("matrix indices: line counts disagree with the header")
-    ranked = read_fixed(reader.section(), 0, nranked, int(bit_length(others_total - 1))).astype(np.int64)
+    width = int(bit_length(others_total - 1))
+    section = reader.section()
+    ranked = read_fixed(section, 0, nranked, width).astype(np.int64)
+    expect_stream_end(section, nranked * width, "matrix ranked columns")
     if nranked and (ranked.max() >= others_total
                     or np.bincount(ranked, minlength=others_total).max() > 1):
         raise DeepReduceError("matrix indices: ranked columns out of range or repeated")

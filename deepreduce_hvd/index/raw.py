@@ -15,6 +15,9 @@ class RawIndex(IndexCodec):
         dtype = "<i4" if size <= 2**31 else "<i8"
         return indices.astype(dtype).tobytes(), indices
 
+    def max_count(self, body, size):
+        return len(body) // (4 if size <= 2**31 else 8)
+
     def decode(self, body, size, count, shape=None):
         width = 4 if size <= 2**31 else 8
         if len(body) != count * width:

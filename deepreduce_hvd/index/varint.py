@@ -13,5 +13,8 @@ class VarintIndex(IndexCodec):
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         return varint_bytes(to_gaps(indices)), indices
 
+    def max_count(self, body, size):
+        return len(body)  # every position costs at least one byte
+
     def decode(self, body, size, count, shape=None):
         return from_gaps(varint_array(body, count), size)

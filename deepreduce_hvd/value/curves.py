@@ -19,3 +19,17 @@ def sorted_runs(values):
 def unit_grid(n):
     """x coordinates of a run of n sorted values, in [0, 1] for good conditioning."""
     return np.linspace(0.0, 1.0, n) if n > 1 else np.zeros(n)
+
+
+CHUNK = 1 << 20
+
+
+def unit_grid_chunks(n, chunk=CHUNK):
+    """(offset, x) pieces of unit_grid(n), bit for bit, chunk points at a time: a curve can be
+    evaluated over any number of points with small temporaries."""
+    step = 1.0 / (n - 1) if n > 1 else 0.0
+    for at in range(0, n, chunk):
+        x = np.arange(at, min(n, at + chunk), dtype=np.float64) * step
+        if at + x.size == n and n > 1:
+            x[-1] = 1.0  # linspace ends exactly at its stop
+        yield at, x

@@ -4,13 +4,16 @@ import numpy as np
 
 from ..codec_base import ValueCodec, ValueEncoding
 from ..registry import register
-from ..streams import deflate, inflate
+from ..streams import MAX_RATIO, deflate, inflate
 
 
 @register("value")
 class DeflateValue(ValueCodec):
     codec_id = "deflate"
     wire_id = 4
+
+    def min_bits(self, dtype):
+        return 8 * dtype.itemsize / MAX_RATIO
 
     def encode(self, values):
         raw = np.ascontiguousarray(values.astype(values.dtype.newbyteorder("<"), copy=False))

@@ -14,7 +14,7 @@ from ..errors import DeepReduceError
 from ..registry import register
 from ..wire import ByteReader, ByteWriter
 from .checks import finite_float32, finite_output
-from .curves import sorted_runs, unit_grid
+from .curves import sorted_runs, unit_grid, unit_grid_chunks
 
 
 def fit_double_exponential(x, y):
@@ -33,11 +33,13 @@ def fit_double_exponential(x, y):
     return float(a), float(b), float(c), float(d)
 
 
-def eval_double_exponential(params, n):
+def curve(params, n, out):
+    """a*e^(bx) + c*e^(dx) on the unit grid of n points, written into out."""
     a, b, c, d = params
-    x = unit_grid(n)
     with np.errstate(over="ignore", invalid="ignore"):
-        return a * np.exp(b * x) + c * np.exp(d * x)
+        for at, x in unit_grid_chunks(n):
+            out[at:at + x.size] = a * np.exp(b * x) + c * np.exp(d * x)
+    return out
 
 
 def fit_run(run, dtype):
@@ -45,8 +47,8 @@ def fit_run(run, dtype):
     try:
         with np.errstate(all="ignore"):
             params = np.array(fit_double_exponential(unit_grid(run.size), run), dtype="<f4")
-        curve = eval_double_exponential(params.astype(np.float64), run.size).astype(dtype)
-        if np.isfinite(params).all() and np.isfinite(curve).all():
+        fitted = curve(params.astype(np.float64), run.size, np.empty(run.size, dtype))
+        if np.isfinite(params).all() and np.isfinite(fitted).all():
             return params
     except (np.linalg.LinAlgError, ValueError, FloatingPointError):
         pass
@@ -55,9 +57,10 @@ def fit_run(run, dtype):
 
 def evaluate(params, first, count, dtype):
     """What a receiver reconstructs from the two runs' parameters."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.concatenate([eval_double_exponential(params[0], first),
-                               eval_double_exponential(params[1], count - first)]).astype(dtype)
+    out = np.empty(count, dtype=dtype)
+    curve(params[0], first, out[:first])
+    curve(params[1], count - first, out[first:])
+    return out
 
 
 @register("value")

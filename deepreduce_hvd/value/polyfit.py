@@ -16,7 +16,7 @@ from ..errors import DeepReduceError
 from ..registry import register
 from ..wire import ByteReader, ByteWriter
 from .checks import finite_float32, finite_output
-from .curves import sorted_runs, unit_grid
+from .curves import sorted_runs, unit_grid, unit_grid_chunks
 
 MAX_SEGMENTS = 1024
 
@@ -49,15 +49,19 @@ def piece_degree(n, degree):
 
 
 def evaluate(lengths, coefs, degree, dtype):
-    """The fitted values of every piece, in sorted order (what a receiver reconstructs)."""
-    out, at = [], 0
+    """The fitted values of every piece, in sorted order (what a receiver reconstructs),
+    evaluated in chunks so temporaries stay small whatever the piece lengths."""
+    out = np.empty(int(sum(lengths)), dtype=dtype)
+    at = start = 0
     with np.errstate(all="ignore"):
         for n in lengths:
             if n:
                 k = piece_degree(n, degree) + 1
-                out.append(P.polyval(unit_grid(n), coefs[at:at + k]))
+                for offset, x in unit_grid_chunks(n):
+                    out[start + offset:start + offset + x.size] = P.polyval(x, coefs[at:at + k])
                 at += k
-        return (np.concatenate(out) if out else np.zeros(0)).astype(dtype)
+                start += n
+    return out
 
 
 @register("value")

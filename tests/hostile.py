@@ -1,0 +1,137 @@
+"""Hand-made hostile payloads (valid checksums, lying headers) and a harness that decodes each
+in a fresh process, measuring its time and the memory it took beyond the output it returned."""
+import json
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from deepreduce_hvd.payload import MAGIC, VERSION
+from deepreduce_hvd.wire import ByteWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+WIRE = {"raw": 1, "bitmap": 2, "rle": 3, "deflate": 4, "varint": 5, "golomb": 6, "seeded": 7,
+        "huffman": 8, "bloom": 9, "entropy": 10, "dense": 11}
+VALUE = {"raw": 1, "fp16": 2, "bf16": 3, "deflate": 4, "qsgd": 5, "polyfit": 6, "dexp": 7,
+         "entropy": 8}
+
+
+def payload(shape, count, index, index_body, value, value_body, dtype=0, layout=0, extra=b""):
+    """A payload with a valid checksum around whatever header and sections are given."""
+    body = ByteWriter().u8(dtype).u8(layout).varint(len(shape))
+    for dim in shape:
+        body.varint(dim)
+    body.varint(count).u8(WIRE[index]).section(index_body)
+    if layout:
+        body.section(extra)
+    body = body.u8(VALUE[value]).raw(value_body).getvalue()
+    return MAGIC + bytes([VERSION]) + zlib.crc32(body).to_bytes(4, "little") + body
+
+
+def bloom_body(policy, h, m, inserted, filter_bytes, seed=0):
+    return (ByteWriter().u8(policy).u8(h).varint(m).varint(seed).varint(inserted)
+            .raw(filter_bytes).getvalue())
+
+
+CASES = {
+    # a 29-byte Bloom p0 payload, every bit set, for a 2^28-element tensor
+    "bloom_p0_all_ones": lambda: payload((1 << 28,), 1, "bloom", bloom_body(0, 1, 8, 1, b"\xff"),
+                                         "raw", b"\0" * 4),
+    # the same at a limit that admits the shape: the filter's fill is refused
+    "bloom_p0_all_ones_admitted": lambda: (payload((1 << 28,), 1, "bloom",
+                                                   bloom_body(0, 1, 8, 1, b"\xff"), "raw",
+                                                   b"\0" * 4), 1 << 28),
+    # a dense index of 2^31 elements and no value bytes
+    "dense_2_31_no_values": lambda: payload((1 << 31,), 1 << 31, "dense", b"", "raw", b""),
+    "dense_2_31_admitted": lambda: (payload((1 << 31,), 1 << 31, "dense", b"", "raw", b""), 1 << 31),
+    # seeded positions, count 2^30, with a curve that expands to any count
+    "seeded_2_30": lambda: payload((1 << 30,), 1 << 30, "seeded", ByteWriter().varint(1).getvalue(),
+                                   "dexp", ByteWriter().varint(0).raw(bytes(32)).getvalue()),
+    # one run of 2^31 selected elements
+    "rle_run_2_31": lambda: payload((1 << 31,), 1 << 31, "rle",
+                                    ByteWriter().u8(32).varint(1).raw((0).to_bytes(4, "big") +
+                                                                      (1 << 31).to_bytes(4, "big")).getvalue(),
+                                    "dexp", ByteWriter().varint(0).raw(bytes(32)).getvalue()),
+    # a Huffman gap stream whose count is never backed by bits
+    "huffman_count_without_bits": lambda: (payload((1 << 26,), 1 << 26, "huffman",
+                                                   bytes([0, 1, 1, 0x1]) + b"\0",
+                                                   "dexp", ByteWriter().varint(0).raw(bytes(32)).getvalue()),
+                                           1 << 26),
+    # a 28-byte Bloom "conflict" payload: h=32, all-ones filter, 2^24 elements
+    "bloom_conflict_all_ones": lambda: payload((1 << 24,), 1, "bloom",
+                                               bloom_body(2, 32, 46, 1, b"\xff" * 6), "raw", b"\0" * 4),
+    # zlib bombs: far more declared than the stream can hold; and a stream that inflates past
+    # what its header justifies
+    "zlib_declared_beyond_ratio": lambda: (payload((1 << 26,), 1 << 26, "deflate",
+                                                   bytes([4]) + zlib.compress(bytes(1000)), "dexp",
+                                                   ByteWriter().varint(0).raw(bytes(32)).getvalue()),
+                                           1 << 26),
+    "zlib_bomb_past_header": lambda: (payload((1 << 26,), 1 << 16, "deflate",
+                                              bytes([4]) + zlib.compress(bytes(1 << 28), 9), "dexp",
+                                              ByteWriter().varint(0).raw(bytes(32)).getvalue()),
+                                      1 << 26),
+    # a polyfit body of 8 million zero-length pieces
+    "polyfit_zero_pieces": lambda: payload((1000,), 10, "raw", np.arange(10, dtype="<i4").tobytes(),
+                                           "polyfit", ByteWriter().u8(0).varint(8_000_000)
+                                           .section(bytes(8_000_000)).getvalue()),
+    # lossy decoders that would return NaN or Inf
+    "polyfit_nan_coefficient": lambda: payload((100,), 2, "raw", np.arange(2, dtype="<i4").tobytes(),
+                                               "polyfit", ByteWriter().u8(0).varint(1).section(bytes([2]))
+                                               .raw(np.array([np.nan], "<f4").tobytes()).getvalue()),
+    "qsgd_nan_norm": lambda: payload((100,), 2, "raw", np.arange(2, dtype="<i4").tobytes(), "qsgd",
+                                     ByteWriter().u8(7).varint(2).raw(np.array([np.nan], "<f4").tobytes())
+                                     .raw(b"\x03\x00").getvalue()),
+    "qsgd_negative_norm": lambda: payload((100,), 2, "raw", np.arange(2, dtype="<i4").tobytes(), "qsgd",
+                                          ByteWriter().u8(7).varint(2).raw(np.array([-1.0], "<f4").tobytes())
+                                          .raw(b"\x03\x00").getvalue()),
+    "dexp_overflow": lambda: payload((100,), 4, "raw", np.arange(4, dtype="<i4").tobytes(), "dexp",
+                                     ByteWriter().varint(2).raw(np.array([1e30, 80, 0, 0, 1e30, 80, 0, 0],
+                                                                         "<f4").tobytes()).getvalue()),
+}
+
+
+def measure(name, timeout=60):
+    """Decode case `name` in a fresh interpreter -> {"outcome", "seconds", "extra_mb"}: the
+    outcome is "DeepReduceError", "finite" (a result, all finite) or what else escaped;
+    extra_mb is the peak resident memory during the decode minus before it, minus the output."""
+    proc = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    if proc.returncode:
+        return {"outcome": f"crash {proc.returncode}: {proc.stderr[-500:]}", "seconds": None,
+                "extra_mb": None}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _rss_kb(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1])
+    return 0
+
+
+def _run(name):
+    import time
+    import deepreduce_hvd as dr
+    case = CASES[name]()
+    data, limit = case if isinstance(case, tuple) else (case, dr.payload.DEFAULT_MAX_ELEMENTS)
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current size
+    before = _rss_kb("VmRSS")
+    start = time.perf_counter()
+    output = 0
+    try:
+        values, indices, _ = dr.decode(data, max_elements=limit)
+        outcome = "finite" if np.isfinite(values).all() else "non-finite result"
+        output = values.nbytes + indices.nbytes
+    except dr.DeepReduceError:
+        outcome = "DeepReduceError"
+    except BaseException as exc:  # noqa: BLE001 - reported, and the test fails on it
+        outcome = f"escaped {type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+    extra = (_rss_kb("VmHWM") - before) / 1024 - output / 2**20
+    print(json.dumps({"outcome": outcome, "seconds": seconds, "extra_mb": extra}))
+
+
+if __name__ == "__main__":
+    _run(sys.argv[1])
