@@ -6,6 +6,7 @@ PY := .venv/bin/python
 CORE_PY := .venv-core/bin/python
 BUILD_INPUTS := pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
 CORE_TESTS := not (horovod or torch or tensorflow)
+HOROVODRUN := .venv/bin/horovodrun -np 2 -H localhost:2 --gloo
 FRAMEWORK ?= torch
 INDEX ?= entropy
 VALUE ?= entropy
@@ -32,8 +33,12 @@ test: setup
 test-core: .venv-core/.installed
 	$(CORE_PY) -m pytest -q -m "$(CORE_TESTS)" tests
 
+# horovodrun imports TensorFlow too (to check Horovod's build), even for a PyTorch job; the
+# oneDNN notice is logged before TensorFlow reads its log level, so that turns oneDNN off
+demo: export TF_CPP_MIN_LOG_LEVEL = 2
+demo: export TF_ENABLE_ONEDNN_OPTS = 0
 demo: setup
-	.venv/bin/horovodrun -np 2 -H localhost:2 --gloo $(PY) $(FRAMEWORK)/train_digits.py \
+	$(HOROVODRUN) $(PY) $(FRAMEWORK)/train_digits.py \
 		--compression deepreduce --index $(INDEX) --value $(VALUE)
 
 $(GRADIENTS): | setup
