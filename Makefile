@@ -13,7 +13,7 @@ VALUE ?= entropy
 DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
-.PHONY: setup test test-core demo bench bench-codecs bench-bloom bench-topk \
+.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk \
 	bench-e2e bench-convergence capture clean
 
 setup: .venv/.installed
@@ -35,11 +35,16 @@ test-core: .venv-core/.installed
 
 # horovodrun imports TensorFlow too (to check Horovod's build), even for a PyTorch job; the
 # oneDNN notice is logged before TensorFlow reads its log level, so that turns oneDNN off
-demo: export TF_CPP_MIN_LOG_LEVEL = 2
-demo: export TF_ENABLE_ONEDNN_OPTS = 0
+demo demo-baseline: export TF_CPP_MIN_LOG_LEVEL = 2
+demo demo-baseline: export TF_ENABLE_ONEDNN_OPTS = 0
 demo: setup
 	$(HOROVODRUN) $(PY) $(FRAMEWORK)/train_digits.py \
 		--compression deepreduce --index $(INDEX) --value $(VALUE)
+
+# the dense fp32 run (default epochs and seed) that the demo's closing line compares with
+demo-baseline: setup
+	$(HOROVODRUN) $(PY) $(FRAMEWORK)/train_digits.py --compression none --no-progress \
+		--json docs/digits_dense_$(FRAMEWORK).json
 
 $(GRADIENTS): | setup
 	$(PY) torch/capture_gradients.py --out $(GRADIENTS)
