@@ -1,24 +1,50 @@
-# Every target sets up .venv on its own (scripts/setup_env.sh is idempotent and caches the
-# Horovod wheel outside the checkout).
+# Every target but test-core sets up .venv on its own (scripts/setup_env.sh caches the Horovod
+# wheel outside the checkout) and reinstalls the package when its build inputs change.
+# test-core needs no Horovod, torch or TensorFlow: the package and its test extra in .venv-core.
+PYTHON ?= python3
 PY := .venv/bin/python
+CORE_PY := .venv-core/bin/python
+BUILD_INPUTS := pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h)
+CORE_TESTS := not (horovod or torch or tensorflow)
+HOROVODRUN := .venv/bin/horovodrun -np 2 -H localhost:2 --gloo
 FRAMEWORK ?= torch
 INDEX ?= entropy
 VALUE ?= entropy
 DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
-.PHONY: setup test demo bench bench-codecs bench-bloom bench-topk bench-e2e bench-convergence \
-	capture clean
+.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk \
+	bench-e2e bench-convergence capture clean
 
-setup:
+setup: .venv/.installed
+
+.venv/.installed: scripts/setup_env.sh $(BUILD_INPUTS)
 	bash scripts/setup_env.sh
+	touch $@
+
+.venv-core/.installed: $(BUILD_INPUTS)
+	test -x $(CORE_PY) || $(PYTHON) -m venv .venv-core
+	$(CORE_PY) -m pip install -q -e '.[test]'
+	touch $@
 
 test: setup
 	$(PY) -m pytest -q tests
 
+test-core: .venv-core/.installed
+	$(CORE_PY) -m pytest -q -m "$(CORE_TESTS)" tests
+
+# horovodrun imports TensorFlow too (to check Horovod's build), even for a PyTorch job; the
+# oneDNN notice is logged before TensorFlow reads its log level, so that turns oneDNN off
+demo demo-baseline: export TF_CPP_MIN_LOG_LEVEL = 2
+demo demo-baseline: export TF_ENABLE_ONEDNN_OPTS = 0
 demo: setup
-	.venv/bin/horovodrun -np 2 -H localhost:2 --gloo $(PY) $(FRAMEWORK)/train_digits.py \
+	$(HOROVODRUN) $(PY) $(FRAMEWORK)/train_digits.py \
 		--compression deepreduce --index $(INDEX) --value $(VALUE)
+
+# the dense fp32 run (default epochs and seed) that the demo's closing line compares with
+demo-baseline: setup
+	$(HOROVODRUN) $(PY) $(FRAMEWORK)/train_digits.py --compression none --no-progress \
+		--json docs/digits_dense_$(FRAMEWORK).json
 
 $(GRADIENTS): | setup
 	$(PY) torch/capture_gradients.py --out $(GRADIENTS)
@@ -44,4 +70,4 @@ bench-convergence: setup
 	$(PY) scripts/bench_e2e.py convergence $(if $(QUICK),--quick)
 
 clean:
-	rm -rf build *.egg-info deepreduce_hvd/*.so .pytest_cache
+	rm -rf build *.egg-info deepreduce_hvd/*.so .pytest_cache .venv/.installed .venv-core/.installed

@@ -1,9 +1,9 @@
-"""deepreduce-hvd: builds the core package and, when a C++ compiler works, the native engine."""
+"""The optional C++ engine; everything else about the package is in pyproject.toml."""
 import warnings
 
 from glob import glob
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 
@@ -24,12 +24,6 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
-    name="deepreduce-hvd",
-    version="0.1.0",
-    description="DeepReduce sparse-gradient compression for Horovod (PyTorch and TensorFlow)",
-    packages=find_packages(include=["deepreduce_hvd", "deepreduce_hvd.*"]),
-    python_requires=">=3.9",
-    install_requires=["numpy", "scipy"],
     ext_modules=[Extension("deepreduce_hvd._native", sorted(glob("csrc/*.cpp")), language="c++",
                            depends=sorted(glob("csrc/*.h")),
                            extra_compile_args=["-O3", "-std=c++17", "-pthread"],

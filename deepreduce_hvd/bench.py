@@ -19,7 +19,6 @@ import math
 import time
 
 import numpy as np
-from scipy.special import gammaln
 
 from . import bloom_filter, native
 from .codec import SparseCodec, decode
@@ -36,7 +35,7 @@ PLOTTED = ["top-k raw pairs", "entropy+raw", "entropy+entropy", "bloom+qsgd", "a
 
 
 def log2_binomial(n, k):
-    return (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)) / math.log(2)
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
 
 
 def load_gradients(path, min_size):

@@ -28,6 +28,8 @@ def add_digits_training_args(parser):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="rank 0 writes the per-epoch history here")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--baseline", help="--json history of a dense run (--compression none) "
+                        "of the same length to compare with at the end (default: the one in docs/)")
     return parser
 
 

@@ -9,19 +9,22 @@ py=${PYTHON:-python3}
 torch_v=2.13.0
 tf_v=2.21.0
 hvd_v=0.28.1
-stamp="$venv/.deepreduce-setup-$torch_v-$tf_v-$hvd_v"
+stamp="$venv/.deepreduce-setup-$torch_v-cpu$tf_v-$hvd_v"
 cache=${DEEPREDUCE_WHEEL_CACHE:-$HOME/.cache/deepreduce-hvd/wheels}
 
 if [ -f "$stamp" ]; then
     "$venv/bin/pip" install -q --no-build-isolation --no-deps -e "$here"
     exit 0
 fi
-[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+# a venv without the stamp is a failed or older set-up: start again (the wheels are cached)
+rm -rf "$venv"
+"$py" -m venv "$venv"
 pip="$venv/bin/pip"
 "$pip" install -q --upgrade pip wheel setuptools
-"$pip" install -q "torch==$torch_v" "tensorflow-cpu==$tf_v" "tf-keras==$tf_v" \
-    numpy scipy pybloom-live scikit-learn pytest pytest-timeout hypothesis tqdm matplotlib \
-    cloudpickle psutil pyyaml packaging
+"$pip" install -q "torch==$torch_v" "tensorflow-cpu==$tf_v" cloudpickle psutil pyyaml packaging
+# tf-keras asks for the `tensorflow` distribution, whose files (a build with CUDA stubs) would
+# overwrite tensorflow-cpu's and log CUDA start-up lines that no environment variable silences
+"$pip" install -q --no-deps "tf-keras==$tf_v"
 
 pyver=$("$venv/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 key="py-$pyver-torch-$torch_v-tf-$tf_v"
@@ -53,9 +56,10 @@ WRAP
     cp "$build"/out/horovod-*.whl "$whl_dir/"
 fi
 "$pip" install -q --no-deps "$whl_dir"/horovod-*.whl
-"$venv/bin/horovodrun" --check-build | tee "$venv/check-build.txt"
+TF_CPP_MIN_LOG_LEVEL=2 TF_ENABLE_ONEDNN_OPTS=0 "$venv/bin/horovodrun" --check-build | tee "$venv/check-build.txt"
 for fw in PyTorch TensorFlow Gloo; do
     grep -E "\[X\] $fw" "$venv/check-build.txt" >/dev/null || { echo "horovod lacks $fw" >&2; exit 1; }
 done
-"$pip" install -q --no-build-isolation --no-deps -e "$here"
+# the rest of the stack (benchmarks, jobs, tests) comes from the package's extras
+"$pip" install -q --no-build-isolation -e "$here[bench,jobs,test]"
 touch "$stamp"

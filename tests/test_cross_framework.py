@@ -1,12 +1,16 @@
 """One wire format: PyTorch's and TensorFlow's paths produce and read the same bytes."""
 import numpy as np
-import tensorflow as tf
-import torch
+import pytest
 
 import deepreduce_hvd as dr
 
 
+@pytest.mark.torch
+@pytest.mark.tensorflow
 def test_same_payload_from_torch_and_tensorflow():
+    import tensorflow as tf  # here, not at the top: the core-only run collects this file too
+    import torch
+
     rng = np.random.default_rng(7)
     dense = rng.standard_normal((64, 48)).astype(np.float32)
     config = dict(ratio=0.05, index="entropy", value="qsgd")

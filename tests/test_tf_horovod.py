@@ -3,6 +3,8 @@ import pytest
 
 from horovod_run import assert_accuracy_close, horovodrun, results, train_history
 
+pytestmark = [pytest.mark.horovod, pytest.mark.tensorflow]
+
 CHECKS = ["eager", "tf_function", "gradient_tape", "mismatch", "keras3_gradients"]
 
 

@@ -3,6 +3,8 @@ import pytest
 
 from horovod_run import assert_accuracy_close, horovodrun, results, train_history
 
+pytestmark = [pytest.mark.horovod, pytest.mark.torch]
+
 CHECKS = ["lossless_equals_dense", "topk_equals_local_average", "passthrough",
           "optimizer_variants", "optimizer_matches_dense", "hook_order_independent", "mismatches"]
 

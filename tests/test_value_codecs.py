@@ -91,6 +91,7 @@ def test_lossy_codecs_measured_error(value, bound, topk_values):
     assert len(payload) < 4 * values.size  # and smaller than raw float32
 
 
+@pytest.mark.torch
 def test_entropy_pipeline_meets_target_on_real_gradients():
     """entropy + entropy: <= 9 bits per selected element, headers included, at <= 0.05
     relative error, on real gradients (a wide MLP trained on digits for a few steps)."""

@@ -6,10 +6,12 @@ DistributedGradientTape and DeepReduce (tf-keras layers, see the README on Keras
     ... --compression none | fp16      (Horovod's own, for comparison)
 
 Rank 0 shows a progress bar and prints, per epoch, the training loss, test accuracy and the
-megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries.
+megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries,
+then a closing line against the dense run recorded in docs/digits_dense_tf.json.
 """
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod 0.28.1 needs Keras 2 variables
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,6 +26,9 @@ from tqdm import tqdm  # noqa: E402
 from deepreduce_hvd.cli import add_digits_training_args, compression_parser, pipeline_config  # noqa: E402
 from deepreduce_hvd.history import History  # noqa: E402
 from deepreduce_hvd.tensorflow import DeepReduce  # noqa: E402
+
+# the dense run that the closing line compares with (`make demo-baseline` records it)
+BASELINE = Path(__file__).resolve().parent.parent / "docs" / "digits_dense_tf.json"
 
 
 def parse_args():
@@ -84,7 +89,7 @@ def main():
     dense_per_step = 4 * sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     steps_per_epoch = len(y_train) // args.batch_size
     generator = np.random.default_rng(args.seed + hvd.rank())
-    history, steps = History(hvd.rank(), args.json, vars(args)), 0
+    history, steps = History(hvd.rank(), args.json, {**vars(args), "ranks": hvd.size()}), 0
     for epoch in range(1, args.epochs + 1):
         order = generator.permutation(len(y_train))
         bar = tqdm(range(steps_per_epoch), desc=f"epoch {epoch}/{args.epochs}", leave=False,
@@ -106,6 +111,7 @@ def main():
         loss = float(hvd.allreduce(tf.constant(np.mean(losses))))
         history.add(epoch, {"loss": loss, "test_accuracy": accuracy}, sent, dense,
                     time.perf_counter() - start)
+    history.compare(args.baseline or BASELINE)
     history.save()
 
 

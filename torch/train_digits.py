@@ -5,9 +5,11 @@
     ... --compression none | fp16      (Horovod's own, for comparison)
 
 Rank 0 shows a progress bar and prints, per epoch, the training loss, test accuracy and the
-megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries.
+megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries,
+then a closing line against the dense run recorded in docs/digits_dense_torch.json.
 """
 import time
+from pathlib import Path
 
 import horovod.torch as hvd
 import torch
@@ -18,6 +20,9 @@ from deepreduce_hvd.cli import add_digits_training_args, compression_parser, pip
 from deepreduce_hvd.history import History
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
+
+# the dense run that the closing line compares with (`make demo-baseline` records it)
+BASELINE = Path(__file__).resolve().parent.parent / "docs" / "digits_dense_torch.json"
 
 
 def parse_args():
@@ -68,7 +73,7 @@ def main():
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
     steps_per_epoch = len(y_train) // args.batch_size
-    history, steps = History(hvd.rank(), args.json, vars(args)), 0
+    history, steps = History(hvd.rank(), args.json, {**vars(args), "ranks": hvd.size()}), 0
     generator = torch.Generator().manual_seed(args.seed + hvd.rank())
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(y_train), generator=generator)
@@ -87,6 +92,7 @@ def main():
         loss = hvd.allreduce(torch.tensor(sum(losses) / len(losses)), name=f"loss.{epoch}").item()
         history.add(epoch, {"loss": loss, "test_accuracy": evaluate(model, x_test, y_test)},
                     *sent_bytes(compression, model, steps), time.perf_counter() - start)
+    history.compare(args.baseline or BASELINE)
     history.save()
 
 
