@@ -147,7 +147,7 @@ class FixedPlanner:
         self.pipeline = pipeline
 
     def plan(self, name, size, is_float, kinds=None):
-        if not self.pipeline.compresses(size, is_float):
+        if kinds != (ALLGATHER,) and not self.pipeline.compresses(size, is_float):
             return Plan(PASS)
         return Plan(ALLGATHER, self.pipeline.codec, "fixed")
 
@@ -202,9 +202,9 @@ class TimePlanner:
             prior.decode_fixed + self.ranks * prior.decode_per_payload_selected * k)
         return encode + self.links["allgather"].allgather(nbytes, self.ranks) + decode
 
-    def _options(self, size):
+    def _options(self, size, kinds=None):
         dense = [ALLREDUCE_FP16 if self.allow_fp16 else ALLREDUCE]
-        if size < max(self.pipeline.min_size, 1):
+        if size < max(self.pipeline.min_size, 1) and kinds != (ALLGATHER,):
             return dense
         return dense + list(self.candidates)
 
@@ -216,7 +216,7 @@ class TimePlanner:
         state = self._tensors.setdefault(name, _TensorState())
         if state.ranked is None:  # predictions change only when measurements arrive
             k = self.pipeline.selection_count(size)
-            options = [label for label in self._options(size) if kinds is None or
+            options = [label for label in self._options(size, kinds) if kinds is None or
                        (ALLGATHER if label in self.candidates else label) in kinds]
             if not options:
                 raise DeepReduceError(f"no option of kind {kinds} for a tensor of {size} elements")

@@ -9,8 +9,9 @@ caller's process set. As in the PyTorch wrapper, the planner picks per tensor be
 Horovod's own allreduce (fp32 or fp16) and a sparse allgather whose allreduced one-element
 placeholder carries the factor the decoded sum needs (hvd.Average, hvd.Sum,
 gradient_predivide_factor). Inside a traced function that choice is made when the function
-is traced (the graph's structure is fixed then); the codec of a sparse tensor is still chosen
-at every step. Payloads are the same bytes as PyTorch's.
+is traced (the graph's structure is fixed then; a gradient whose shape is known only at run
+time, as Horovod's sparse_as_dense makes them, takes the allgather); the codec of a sparse
+tensor is still chosen at every step. Payloads are the same bytes as PyTorch's.
 
 Residual memory and the planner are keyed by the name Horovod was given or, in a graph, the
 gradient tensor's graph name (stable across steps of one traced function; Horovod's
@@ -32,7 +33,7 @@ import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
 from .errors import DeepReduceError
-from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
+from .planner import ALLGATHER, ALLREDUCE_FP16, PASS, Plan
 from .wrapper import DeepReduceBase, horovod_caller
 
 _AGREEMENTS = itertools.count()
@@ -54,19 +55,23 @@ class DeepReduce(DeepReduceBase, Compressor):
     those of deepreduce_hvd.wrapper.DeepReduceBase (sparsifier, ratio, index, value, memory,
     min_size, objective, bandwidth, process_set, seed)."""
 
+    @tf.autograph.experimental.do_not_convert
     def compress(self, tensor):
-        caller = horovod_caller()
+        caller = horovod_caller(self, tensor)
         name, process_set = caller.name, self._process_set(caller.process_set)
-        size = tensor.shape.num_elements()
-        if isinstance(tensor, tf.IndexedSlices) or size is None:
+        size = tensor.shape.num_elements()  # None: known only when the graph runs
+        if isinstance(tensor, tf.IndexedSlices) or not tensor.dtype.is_floating or size == 0:
             self._count_passed_through(size or 0, tensor.dtype.size)
             return tensor, None
         eager = tf.executing_eagerly()
         name = name or (None if eager else tensor.name)
-        key = name if name is not None else f"unnamed:{tuple(tensor.shape)}:{tensor.dtype.name}"
+        key = name if name is not None else \
+            f"unnamed:{tuple(tensor.shape)}:{tensor.dtype.name}:{caller.member}"
         with tf.init_scope():  # calibration (once) runs eagerly, also while tracing
             planner = self.planner(process_set)
-        plan = planner.plan(key, size, tensor.dtype.is_floating)
+        # a shape unknown until run time (sparse_as_dense in a graph) takes the allgather,
+        # its codec chosen when the graph runs
+        plan = planner.plan(key, size, True) if size is not None else Plan(ALLGATHER)
         if plan.kind == PASS:
             self._count_passed_through(size, tensor.dtype.size)
             return tensor, None
@@ -82,7 +87,8 @@ class DeepReduce(DeepReduceBase, Compressor):
         plans = {}
 
         def encode(dense):
-            step = plan if eager else planner.plan(key, dense.size, True, kinds=(ALLGATHER,))
+            step = plan if eager and plan.codec is not None else \
+                planner.plan(key, dense.size, True, kinds=(ALLGATHER,))
             plans["current"] = step
             return np.frombuffer(pipeline.compress(name, dense, step.codec, step.fallback),
                                  dtype=np.uint8)
@@ -91,27 +97,30 @@ class DeepReduce(DeepReduceBase, Compressor):
         payload.set_shape([None])
         gathered = hvd.allgather(payload, process_set=process_set)
         placeholder = tf.fill([1], tf.constant(1.0 / ranks, tf.float32))
-        return placeholder, ("sparse", gathered, tensor.shape, tensor.dtype, key, plans, ranks)
+        return placeholder, ("sparse", gathered, tensor.shape, tf.shape(tensor), tensor.dtype,
+                             key, plans, ranks)
 
+    @tf.autograph.experimental.do_not_convert
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
         if ctx[0] == "dense":
-            _, dtype, key, plan = ctx
-            return tf.cast(tensor, dtype)
-        _, gathered, shape, dtype, key, plans, ranks = ctx
+            return tf.cast(tensor, ctx[1])
+        _, gathered, static_shape, shape, dtype, key, plans, ranks = ctx
         pipeline, planner = self.pipeline, self.planner()
         dtype_name = dtype.as_numpy_dtype().dtype.name
 
-        def decode(frames, scale):
+        def decode(frames, scale, dims):
             start = time.perf_counter()
-            total, received = pipeline.decompress(frames, tuple(shape), dtype_name, ranks, key,
-                                                  scale=float(scale[0]))
+            total, received = pipeline.decompress(frames, tuple(int(d) for d in dims), dtype_name,
+                                                  ranks, key, scale=float(scale[0]))
             planner.observe(key, plans["current"], received, time.perf_counter() - start)
             return total
 
-        out = tf.numpy_function(decode, [gathered, tensor], tf.float32, stateful=True)
-        return tf.cast(tf.reshape(out, shape), dtype)
+        out = tf.numpy_function(decode, [gathered, tensor, shape], tf.float32, stateful=True)
+        out = tf.cast(tf.reshape(out, shape), dtype)
+        out.set_shape(static_shape)
+        return out
 
     def _process_set(self, caller_set):
         if caller_set is None:

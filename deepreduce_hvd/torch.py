@@ -77,13 +77,14 @@ class DeepReduce(DeepReduceBase, Compressor):
         return self
 
     def compress(self, tensor):
-        caller = horovod_caller()
+        caller = horovod_caller(self, tensor)
         name = getattr(tensor, _NAME_ATTR, None) or caller.name
         process_set = self._process_set(caller.process_set)
         if tensor.is_sparse:
             self.pipeline.passed_through(tensor.numel(), tensor.element_size())
             return tensor, None
-        key = name if name is not None else f"unnamed:{tuple(tensor.shape)}:{tensor.dtype}"
+        key = name if name is not None else \
+            f"unnamed:{tuple(tensor.shape)}:{tensor.dtype}:{caller.member}"
         plan = self.planner(process_set).plan(key, tensor.numel(), tensor.dtype.is_floating_point)
         if plan.kind == PASS:
             self.pipeline.passed_through(tensor.numel(), tensor.element_size())
@@ -101,7 +102,8 @@ class DeepReduce(DeepReduceBase, Compressor):
                     _Pending(None, tensor, dtype_name, key, plan, ranks))
         frame = self.pipeline.compress(name, host.numpy(), plan.codec, plan.fallback)
         gathered = hvd.allgather_async(torch.frombuffer(bytearray(frame), dtype=torch.uint8),
-                                       name=f"DeepReduce.{key}", process_set=process_set)
+                                       name=f"DeepReduce.{key}@{process_set.process_set_id}",
+                                       process_set=process_set)
         placeholder = torch.full((1,), 1.0 / ranks, dtype=torch.float32)
         return placeholder, _Pending(gathered, tensor, dtype_name, key, plan, ranks, caller.optimizer)
 

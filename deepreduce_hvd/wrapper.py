@@ -161,12 +161,15 @@ class Caller(NamedTuple):
     name: Optional[str] = None
     process_set: object = None
     optimizer: bool = False  # a DistributedOptimizer reducing a gradient (in place)
+    member: Optional[int] = None  # the tensor's position in a grouped allreduce
 
 
-def horovod_caller(depth=2):
-    """The Horovod call that invoked compress, read from its frames: the optimizer's parameter
-    name and process set (torch: `_allreduce_grad_async` and the grouped path), or the `name=`
-    and `process_set=` given to hvd.allreduce / grouped_allreduce.
+def horovod_caller(compression, tensor, depth=2, limit=16):
+    """The Horovod call that invoked `compression.compress(tensor)`, read from its frames: the
+    optimizer's parameter name and process set (torch: `_allreduce_grad_async` and the grouped
+    path), or the `name=` and `process_set=` given to hvd.allreduce / grouped_allreduce (and
+    the tensor's position in a group). Up to `limit` frames are searched, since TensorFlow's
+    autograph puts its own frames in between.
 
     This reads Horovod 0.28's private frames; explicit names (name_parameters, named) take
     precedence, and a missing name is warned about when error feedback is on."""
@@ -174,7 +177,7 @@ def horovod_caller(depth=2):
         frame = sys._getframe(depth)
     except ValueError:
         return Caller()
-    for _ in range(4):
+    for _ in range(limit):
         if frame is None:
             break
         local = frame.f_locals
@@ -184,8 +187,13 @@ def horovod_caller(depth=2):
                 names = getattr(holder, "_parameter_names", None)
                 if names is not None:
                     return Caller(names.get(local["p"]), getattr(holder, "process_set", None), True)
-        if "compression" in local and ("name" in local or "process_set" in local):
+        if local.get("compression") is compression and ("name" in local or "process_set" in local):
             name = local.get("name")
-            return Caller(name if isinstance(name, str) else None, local.get("process_set"))
+            group = local.get("tensors", local.get("tensor_list"))
+            member = next((i for i, t in enumerate(group or ()) if t is tensor), None)
+            if isinstance(name, str) and member is not None:
+                name = f"{name}.{member}"
+            return Caller(name if isinstance(name, str) else None, local.get("process_set"),
+                          member=member)
         frame = frame.f_back
     return Caller()
