@@ -70,10 +70,15 @@ class DeepReduce(DeepReduceBase, Compressor):
     def name_parameters(self, named_parameters):
         """Tag every gradient of these parameters with the parameter's name (call it with the
         same named_parameters given to hvd.DistributedOptimizer). Returns self."""
+        def tagger(name):
+            def tag(param):
+                if param.grad is not None:
+                    named(param.grad, name)
+            return tag
+
         for name, param in named_parameters:
             if param.requires_grad:
-                param.register_post_accumulate_grad_hook(
-                    lambda p, name=name: named(p.grad, name) if p.grad is not None else None)
+                param.register_post_accumulate_grad_hook(tagger(name))
         return self
 
     def compress(self, tensor):

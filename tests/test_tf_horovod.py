@@ -1,23 +1,23 @@
-"""deepreduce_hvd.tensorflow on 2 real Horovod ranks over Gloo (horovodrun, no mocks)."""
+"""deepreduce_hvd.tensorflow on 2 and 4 real Horovod ranks over Gloo (horovodrun, no mocks)."""
 import pytest
 
 from horovod_run import assert_accuracy_close, horovodrun, results, train_history
 
 pytestmark = [pytest.mark.horovod, pytest.mark.tensorflow]
 
-CHECKS = ["eager", "tf_function", "gradient_tape", "mismatch", "keras3_gradients"]
+CHECKS = ["eager", "tf_function", "gradient_tape", "mismatch", "keras3_gradients", "time_aware"]
 
 
-@pytest.fixture(scope="module")
-def tf_checks():
-    proc = horovodrun("tf_checks.py", *CHECKS, timeout=600)
-    return proc, results(proc)
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"{n}ranks")
+def tf_checks(request):
+    proc = horovodrun("tf_checks.py", *CHECKS, np_=request.param, timeout=900)
+    return request.param, proc, results(proc)
 
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_check_passes_on_every_rank(tf_checks, check):
-    proc, lines = tf_checks
-    assert lines.count(f"{check} ok") == 2, proc.stdout[-4000:]
+    ranks, proc, lines = tf_checks
+    assert lines.count(f"{check} ok") == ranks, proc.stdout[-4000:]
 
 
 def test_keras_fit_with_tf_keras():

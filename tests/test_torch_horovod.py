@@ -1,4 +1,4 @@
-"""deepreduce_hvd.torch on 2 real Horovod ranks over Gloo (horovodrun, no mocks)."""
+"""deepreduce_hvd.torch on 2 and 4 real Horovod ranks over Gloo (horovodrun, no mocks)."""
 import pytest
 
 from horovod_run import assert_accuracy_close, horovodrun, results, train_history
@@ -6,19 +6,20 @@ from horovod_run import assert_accuracy_close, horovodrun, results, train_histor
 pytestmark = [pytest.mark.horovod, pytest.mark.torch]
 
 CHECKS = ["lossless_equals_dense", "topk_equals_local_average", "passthrough",
-          "optimizer_variants", "optimizer_matches_dense", "hook_order_independent", "mismatches"]
+          "optimizer_variants", "optimizer_matches_dense", "hook_order_independent", "mismatches",
+          "time_aware"]
 
 
-@pytest.fixture(scope="module")
-def torch_checks():
-    proc = horovodrun("torch_checks.py", *CHECKS, timeout=600)
-    return proc, results(proc)
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"{n}ranks")
+def torch_checks(request):
+    proc = horovodrun("torch_checks.py", *CHECKS, np_=request.param, timeout=900)
+    return request.param, proc, results(proc)
 
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_check_passes_on_every_rank(torch_checks, check):
-    proc, lines = torch_checks
-    assert lines.count(f"{check} ok") == 2, proc.stdout[-4000:]
+    ranks, proc, lines = torch_checks
+    assert lines.count(f"{check} ok") == ranks, proc.stdout[-4000:]
 
 
 def test_training_accuracy_within_two_points_of_dense(tmp_path):

@@ -51,6 +51,8 @@ def check_topk_equals_local_average():
             ratio=0.05, index=index, value=value))
         want = gathered_sparse(t, 0.05, index="bloom" if index == "bloom" else None)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-7)
+        for other in hvd.allgather_object(got.numpy())[1:]:  # the same bits on every rank
+            np.testing.assert_array_equal(got.numpy(), other)
         if index == "bloom":
             assert np.count_nonzero(want) > np.count_nonzero(gathered_sparse(t, 0.05))
     ok("topk_equals_local_average")
@@ -167,6 +169,33 @@ def check_mismatches():
     expect_error(lambda: hvd.allreduce(t, name="mismatch.corrupt", compression=corrupt),
                  "checksum")
     ok("mismatches")
+
+
+def check_time_aware():
+    """The default DeepReduce decides per tensor and step by predicted time: every rank makes
+    the same choice at every step (exploration included), parameters stay identical, big
+    tensors go sparse on a slow link and everything goes dense on a fast one."""
+    for bandwidth, sparse_expected in (("10mbit", True), ("100gbit", False)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 4))
+        compression = DeepReduce(bandwidth=bandwidth).name_parameters(model.named_parameters())
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       named_parameters=model.named_parameters(),
+                                       compression=compression)
+        gen, history = torch.Generator().manual_seed(rank), []
+        for _ in range(20):
+            opt.zero_grad()
+            model(torch.randn(16, 64, generator=gen)).pow(2).mean().backward()
+            opt.step()
+            history.append({n: t["choice"] for n, t in compression.stats()["tensors"].items()})
+        for other in hvd.allgather_object(history)[1:]:
+            assert other == history, (history, other)
+        assert_same_everywhere(model)
+        chosen = {c for step in history for c in step.values()}
+        assert any("+" in c for c in chosen) == sparse_expected, (bandwidth, chosen)
+    ok("time_aware")
 
 
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
