@@ -4,6 +4,8 @@
     python -m deepreduce_hvd.bench bloom --size 25000000 --density 0.01
     python -m deepreduce_hvd.bench topk --size 25000000 --density 0.01
     python -m deepreduce_hvd.bench fuzz --mutants 20000
+    python -m deepreduce_hvd.bench hotpath --gradients FILE.npz
+    python -m deepreduce_hvd.bench scaling --gradients FILE.npz --plot P.png
 
 `codecs` top-k-sparsifies every gradient of at least --min-size elements (smaller tensors are
 sent dense, as in the paper), encodes it with each index codec and real value bytes, and
@@ -22,6 +24,7 @@ import numpy as np
 
 from . import bloom_filter, native
 from .codec import SparseCodec, decode
+from .compressor import Pipeline
 from .sparsify import topk
 
 INDEX_ROWS = ["raw", "bitmap", "rle", "huffman", "deflate", "varint", "golomb", "entropy",
@@ -188,6 +191,128 @@ def bench_bloom(size, density, repeats):
     return report
 
 
+HOTPATH_PIPELINES = [("entropy", "entropy"), ("golomb", "fp16"), ("golomb", "qsgd"), ("raw", "raw")]
+
+
+def best_of(fn, repeats):
+    """Fastest of `repeats` calls, in seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def largest_gradient(gradients):
+    name = max(gradients, key=lambda n: gradients[n].size)
+    return name, gradients[name]
+
+
+def bench_hotpath(gradients, density, ranks=32, repeats=7):
+    """One large real gradient, residual memory on: Pipeline.compress and the decoding of
+    `ranks` payloads into one sum, each beside a plain copy of the tensor in the same run."""
+    name, grad = largest_gradient(gradients)
+    copy_s = best_of(grad.copy, repeats)
+    rows = []
+    for index, value in HOTPATH_PIPELINES:
+        pipeline = Pipeline(ratio=density, index=index, value=value)
+        frames = [pipeline.compress(name, grad) for _ in range(ranks)]  # residual warms up too
+        compress_s = best_of(lambda: pipeline.compress(name, grad), repeats)
+        gathered = b"".join(frames)
+        decode_s = best_of(lambda: pipeline.decompress(gathered, grad.shape, "float32", ranks),
+                           max(3, repeats // 2))
+        rows.append({"pipeline": f"{index}+{value}", "compress_ms": 1e3 * compress_s,
+                     "compress_x_copy": compress_s / copy_s, "decode_ms": 1e3 * decode_s,
+                     "decode_x_copy": decode_s / copy_s,
+                     "bits_per_element": 8 * (len(frames[-1]) - 21) / max(1, round(density * grad.size))})
+    return {"tensor": name, "shape": list(grad.shape), "density": density, "ranks": ranks,
+            "copy_ms": 1e3 * copy_s, "rows": rows}
+
+
+SCALING_RANKS = (2, 4, 8, 16, 32, 64)
+SCALING_PIPELINES = [("golomb", "fp16"), ("entropy", "entropy")]
+LINK_RATES = {"1 Gbit/s": 1e9, "10 Gbit/s": 1e10, "100 Gbit/s": 1e11}
+
+
+def bench_scaling(gradients, density, repeats=3):
+    """Per-rank cost of receiving and decoding P payloads (real gradients: every captured
+    step and layer of the model of the largest tensor, at its size) for P = 2..64, and the
+    model of where the allgather of payloads stops beating a ring allreduce of fp32 / fp16."""
+    name, grad = largest_gradient(gradients)
+    family = name.rsplit("/", 1)[-1]
+    sources = [g for n, g in gradients.items() if n.endswith(family) and g.shape == grad.shape]
+    rows = []
+    for index, value in SCALING_PIPELINES:
+        pipeline = Pipeline(ratio=density, index=index, value=value)
+        frames = [pipeline.compress(f"r{i}", sources[i % len(sources)] * (1 + 0.01 * i))
+                  for i in range(max(SCALING_RANKS))]
+        payload_bytes = float(np.mean([len(f) for f in frames]))
+        for ranks in SCALING_RANKS:
+            gathered = b"".join(frames[:ranks])
+            seconds = best_of(lambda: pipeline.decompress(gathered, grad.shape, "float32", ranks),
+                              repeats)
+            rows.append({"pipeline": f"{index}+{value}", "ranks": ranks, "decode_ms": 1e3 * seconds,
+                         "payload_bytes": payload_bytes})
+    model = crossover_model(rows, grad.size)
+    return {"tensor": name, "elements": grad.size, "density": density, "rows": rows, "model": model}
+
+
+def crossover_model(rows, elements):
+    """Predicted seconds per tensor and rank: allgather = (P-1) payloads / B + decoding P
+    payloads (measured, linear in P), ring allreduce = 2 (P-1)/P x bytes / B (fp32: 4 bytes
+    per element, fp16: 2). Per link and pipeline, the largest P at which the allgather is
+    still faster."""
+    out = {}
+    for pipeline in dict.fromkeys(r["pipeline"] for r in rows):
+        mine = [r for r in rows if r["pipeline"] == pipeline]
+        slope, intercept = np.polyfit([r["ranks"] for r in mine],
+                                      [r["decode_ms"] / 1e3 for r in mine], 1)
+        payload = mine[0]["payload_bytes"]
+        for link, rate in LINK_RATES.items():
+            bandwidth = rate / 8
+            for dense, width in (("fp32", 4), ("fp16", 2)):
+                limit = None
+                for ranks in range(2, 4097):
+                    gather = (ranks - 1) * payload / bandwidth + intercept + slope * ranks
+                    ring = 2 * (ranks - 1) / ranks * width * elements / bandwidth
+                    if gather >= ring:
+                        break
+                    limit = ranks
+                out[f"{pipeline} vs {dense} at {link}"] = limit
+        out[f"{pipeline} decode ms per payload"] = 1e3 * slope
+    return out
+
+
+def plot_scaling(report, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for pipeline in dict.fromkeys(r["pipeline"] for r in report["rows"]):
+        mine = [r for r in report["rows"] if r["pipeline"] == pipeline]
+        axes[0].plot([r["ranks"] for r in mine], [r["decode_ms"] for r in mine], marker="o",
+                     label=pipeline)
+    axes[0].set(xscale="log", xlabel="ranks P (payloads decoded per rank)",
+                ylabel="decode + sum (ms, one rank)", title=f"decoding {report['tensor']}")
+    axes[0].legend()
+    ranks = np.arange(2, 129)
+    elements = report["elements"]
+    for link, rate in LINK_RATES.items():
+        bandwidth = rate / 8
+        line, = axes[1].plot(ranks, 1e3 * 2 * (ranks - 1) / ranks * 2 * elements / bandwidth,
+                             linestyle="--", label=f"ring fp16, {link}")
+        mine = [r for r in report["rows"] if r["pipeline"] == "golomb+fp16"]
+        slope, intercept = np.polyfit([r["ranks"] for r in mine], [r["decode_ms"] / 1e3 for r in mine], 1)
+        gather = (ranks - 1) * mine[0]["payload_bytes"] / bandwidth + intercept + slope * ranks
+        axes[1].plot(ranks, 1e3 * gather, color=line.get_color(), label=f"golomb+fp16 allgather, {link}")
+    axes[1].set(xscale="log", yscale="log", xlabel="ranks P", ylabel="predicted ms per tensor",
+                title="allgather of payloads vs ring allreduce")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 FUZZ_INDEX = ["raw", "bitmap", "rle", "huffman", "deflate", "varint", "golomb", "entropy", "bloom",
               {"id": "bloom", "policy": "conflict"}, "seeded", "dense"]
 FUZZ_VALUE = ["raw", "fp16", "bf16", "deflate", {"id": "qsgd", "seed": 0}, "polyfit", "dexp",
@@ -312,6 +437,15 @@ def main(argv=None):
     top.add_argument("--size", type=int, default=25_000_000)
     top.add_argument("--density", type=float, default=0.01)
     top.add_argument("--repeats", type=int, default=5)
+    hot = sub.add_parser("hotpath", help="compress and 32-rank decode of one large gradient vs a copy")
+    hot.add_argument("--gradients", required=True)
+    hot.add_argument("--density", type=float, default=0.01)
+    hot.add_argument("--json", help="also write the report here")
+    scale = sub.add_parser("scaling", help="decode cost against the number of ranks, crossover model")
+    scale.add_argument("--gradients", required=True)
+    scale.add_argument("--density", type=float, default=0.01)
+    scale.add_argument("--json", help="also write the report here")
+    scale.add_argument("--plot", help="PNG of decode cost and predicted times against ranks")
     fuzz = sub.add_parser("fuzz", help="decode corrupted payloads of every codec")
     fuzz.add_argument("--mutants", type=int, default=20_000)
     fuzz.add_argument("--seed", type=int, default=0)
@@ -326,6 +460,14 @@ def main(argv=None):
         if args.plot:
             report["plot"] = plot_densities(gradients, args.plot)
             print(f"\nplot written to {args.plot}")
+    elif args.command == "hotpath":
+        report = bench_hotpath(load_gradients(args.gradients, 1000), args.density)
+        print(json.dumps(report, indent=1))
+    elif args.command == "scaling":
+        report = bench_scaling(load_gradients(args.gradients, 1000), args.density)
+        if args.plot:
+            plot_scaling(report, args.plot)
+        print(json.dumps(report, indent=1))
     elif args.command == "fuzz":
         report = bench_fuzz(args.mutants, args.seed)
         print(json.dumps(report, indent=1))
