@@ -148,40 +148,50 @@ class Pipeline:
         SparseCodec to use this time (default: the pipeline's); fallback: a codec to use if
         that one cannot encode these values (else every rank raises the error)."""
         start = time.perf_counter()
-        dtype_name = dense.dtype.name
-        codec = codec or self.codec
-        work = np.asarray(dense, dtype=np.float32) if dtype_name in ("bfloat16", "float16") else dense
+        work = np.asarray(dense, dtype=np.float32) if dense.dtype.name in ("bfloat16", "float16") else dense
         picked = self._compensated_selection(name, work)
-        if picked is None:
+        values, indices, seed, compensated = picked if picked is not None else (None,) * 4
+        frame, encoded = self.encode_selected(values, indices, dense.shape, dense.dtype, name,
+                                              codec, fallback, compensated, seed, start)
+        if self.memory is not None and name is not None:
+            if picked is None:
+                self.memory.reset(name)
+            elif encoded is not None:
+                self.memory.deliver(name, encoded.positions, encoded.values)
+        return frame
+
+    def encode_selected(self, values, indices, shape, dtype, name=None, codec=None,
+                        fallback=None, dense=None, seed=None, start=None):
+        """Frame for values already selected (and compensated) elsewhere, e.g. on a GPU:
+        values None means the gradient held NaN or Inf. -> (frame bytes, the selector's
+        Encoded, or None when nothing was encoded): the caller delivers Encoded.values at
+        Encoded.positions to its residual."""
+        start = time.perf_counter() if start is None else start
+        dtype = np.dtype(dtype)
+        codec, encoded = codec or self.codec, None
+        if values is None:
             kind, payload = frames.NONFINITE, b""
             self.stats.tensors_nonfinite += 1
-            if self.memory is not None and name is not None:
-                self.memory.reset(name)
         else:
-            values, indices, seed, compensated = picked
-            values = values.astype(dense.dtype, copy=False)
+            values = np.asarray(values).astype(dtype, copy=False)
             try:
                 try:
-                    encoded = codec.encode_full(values, indices, dense.shape, dense=compensated,
-                                                seed=seed)
+                    encoded = codec.encode_full(values, indices, shape, dense=dense, seed=seed)
                 except DeepReduceError:
                     if fallback is None:
                         raise
-                    encoded = fallback.encode_full(values, indices, dense.shape,
-                                                   dense=compensated, seed=seed)
+                    encoded = fallback.encode_full(values, indices, shape, dense=dense, seed=seed)
                 kind, payload = frames.PAYLOAD, encoded.payload
-                if self.memory is not None and name is not None:
-                    self.memory.deliver(name, encoded.positions, encoded.values)
             except DeepReduceError as exc:  # sent to every rank, raised there: no rank hangs
                 kind, payload = frames.ERROR, str(exc).encode()
         encode_s = time.perf_counter() - start
-        frame = frames.write(self.fingerprint(dense.shape, dtype_name), kind, payload, encode_s,
+        frame = frames.write(self.fingerprint(shape, dtype.name), kind, payload, encode_s,
                              self._last_decode.get(name, 0.0))
         self.stats.encode_s += encode_s
         self.stats.bytes_sent += len(frame)
-        self.stats.dense_bytes += 4 * dense.size
+        self.stats.dense_bytes += 4 * math.prod(shape)
         self.stats.tensors_compressed += 1
-        return frame
+        return frame, encoded
 
     def decompress(self, gathered, shape, dtype_name, ranks, name=None, out=None, scale=1.0):
         """The concatenated frames of every rank (an allgather's output) -> scale times their
@@ -232,11 +242,15 @@ class Pipeline:
             sent = work.copy() if memory is not None else work
             if memory is not None:
                 work.fill(0.0)  # receivers got everything
-        self.stats.encode_s += time.perf_counter() - start
-        self.stats.bytes_sent += sent.nbytes
-        self.stats.dense_bytes += 4 * dense.size
-        self.stats.tensors_allreduced += 1
+        self.count_dense(sent.nbytes, dense.size, time.perf_counter() - start)
         return sent
+
+    def count_dense(self, nbytes, size, seconds):
+        """Stats of one tensor handed to Horovod's own allreduce."""
+        self.stats.encode_s += seconds
+        self.stats.bytes_sent += nbytes
+        self.stats.dense_bytes += 4 * size
+        self.stats.tensors_allreduced += 1
 
     def passed_through(self, size, itemsize):
         self.stats.tensors_passed_through += 1

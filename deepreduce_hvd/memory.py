@@ -12,19 +12,25 @@ from .errors import DeepReduceError
 from .scatter import scatter_add
 
 
+def _numpy_zeros(shape):
+    return np.zeros(shape, dtype=np.float32)
+
+
 class ResidualMemory:
     """Residuals keyed by tensor name, float32, one buffer per name."""
 
     def __init__(self):
         self._residuals = {}
 
-    def buffer(self, name, shape):
-        """The residual buffer of `name` (zeros the first time), to compensate into in place."""
+    def buffer(self, name, shape, zeros=None):
+        """The residual buffer of `name`, to compensate into in place; the first time, a
+        float32 numpy array of zeros, or what `zeros(shape)` makes (a framework tensor on the
+        gradient's device, for the wrappers' device path)."""
         shape = tuple(shape)
         residual = self._residuals.get(name)
         if residual is None:
-            residual = self._residuals[name] = np.zeros(shape, dtype=np.float32)
-        elif residual.shape != shape:
+            residual = self._residuals[name] = (zeros or _numpy_zeros)(shape)
+        elif tuple(residual.shape) != shape:
             raise DeepReduceError(f"tensor {name!r} changed shape from {residual.shape} to "
                                   f"{shape}; call reset()")
         return residual

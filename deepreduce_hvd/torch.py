@@ -24,8 +24,9 @@ frame, and a tensor left without a name gets no error feedback (with a warning).
 
 Process sets: the payload travels on the process set of the optimizer or allreduce that called
 `compress` (or the `process_set=` given here; a different one raises DeepReduceError).
-Passed through unchanged (and exact): integer tensors and sparse-layout gradients. CUDA
-tensors are sparsified on the host (see the README for the device path).
+Passed through unchanged (and exact): integer tensors and sparse-layout gradients. Gradients
+on a GPU are compensated and selected there (torch_device.py); only O(k) values cross to the
+host.
 """
 import itertools
 import time
@@ -36,6 +37,7 @@ from horovod.torch.compression import Compressor
 
 from .errors import DeepReduceError
 from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
+from .torch_device import DevicePath, numpy_dtype_name
 from .wrapper import DeepReduceBase, horovod_caller
 
 _NAME_ATTR = "_deepreduce_name"
@@ -62,10 +64,29 @@ class _Pending:
             tensor.dtype == torch.float32 and tensor.is_contiguous() else None
 
 
+def _host(tensor):
+    """The gradient as a numpy array on the host (no copy for a CPU tensor)."""
+    host = tensor.detach().to("cpu")
+    return (host.float() if host.dtype == torch.bfloat16 else host).numpy()
+
+
 class DeepReduce(DeepReduceBase, Compressor):
     """A horovod.torch compression; see the module docstring. Keyword arguments are those of
     deepreduce_hvd.wrapper.DeepReduceBase (sparsifier, ratio, index, value, memory, min_size,
-    objective, bandwidth, process_set, seed)."""
+    objective, bandwidth, process_set, seed), and:
+
+      device_path: where error feedback and selection run. "auto" (default): as torch ops on
+        the gradient's device when it is not the CPU (only the selected values and positions
+        go to the host); CPU gradients use the native engine on their own memory. True: torch
+        ops always (top-k and threshold; random-k and "none" use the host); False: never.
+    """
+
+    def __init__(self, device_path="auto", **config):
+        if device_path not in ("auto", True, False):
+            raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
+        super().__init__(**config)
+        self.device_path = device_path
+        self._device = DevicePath(self.pipeline)
 
     def name_parameters(self, named_parameters):
         """Tag every gradient of these parameters with the parameter's name (call it with the
@@ -96,16 +117,21 @@ class DeepReduce(DeepReduceBase, Compressor):
             return tensor, None
         if name is None:
             self._warn_unnamed()
-        host = tensor.detach().to("cpu")
-        if host.dtype == torch.bfloat16:
-            host = host.float()
-        dtype_name = host.numpy().dtype.name
+        dtype_name = numpy_dtype_name(tensor.dtype)
         ranks = self._set_size(process_set)
+        on_device = self._on_device(tensor, plan)
         if plan.kind != ALLGATHER:
-            sent = self.pipeline.compress_dense(name, host.numpy(), plan.kind == ALLREDUCE_FP16)
-            return (torch.from_numpy(sent).to(tensor.device),
-                    _Pending(None, tensor, dtype_name, key, plan, ranks))
-        frame = self.pipeline.compress(name, host.numpy(), plan.codec, plan.fallback)
+            half = plan.kind == ALLREDUCE_FP16
+            if on_device:
+                sent = self._device.compress_dense(name, tensor, half)
+            else:
+                sent = torch.from_numpy(self.pipeline.compress_dense(name, _host(tensor), half))
+                sent = sent.to(tensor.device)
+            return sent, _Pending(None, tensor, dtype_name, key, plan, ranks)
+        if on_device:
+            frame = self._device.compress(name, tensor, plan.codec, plan.fallback)
+        else:
+            frame = self.pipeline.compress(name, _host(tensor), plan.codec, plan.fallback)
         gathered = hvd.allgather_async(torch.frombuffer(bytearray(frame), dtype=torch.uint8),
                                        name=f"DeepReduce.{key}@{process_set.process_set_id}",
                                        process_set=process_set)
@@ -129,6 +155,14 @@ class DeepReduce(DeepReduceBase, Compressor):
         if ctx.out is not None:
             return ctx.out
         return torch.from_numpy(total).to(device=ctx.device, dtype=ctx.dtype)
+
+    def _on_device(self, tensor, plan):
+        """Whether this tensor is compensated and selected with torch ops on its device."""
+        if self.device_path == "auto":
+            wanted = tensor.device.type != "cpu"
+        else:
+            wanted = bool(self.device_path)
+        return wanted and (plan.kind != ALLGATHER or self._device.supports())
 
     def _process_set(self, caller_set):
         """The set the payload must travel on: the caller's; a different explicit one cannot

@@ -7,7 +7,7 @@ pytestmark = [pytest.mark.horovod, pytest.mark.torch]
 
 CHECKS = ["lossless_equals_dense", "topk_equals_local_average", "passthrough",
           "optimizer_variants", "optimizer_matches_dense", "hook_order_independent", "mismatches",
-          "time_aware"]
+          "time_aware", "device_path"]
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"{n}ranks")

@@ -171,6 +171,20 @@ def check_mismatches():
     ok("mismatches")
 
 
+def check_device_path():
+    """Compensation and selection as torch ops (device_path=True, here on CPU tensors) train
+    to exactly the parameters the native host path gives."""
+    results = []
+    for device_path in (True, False):
+        model = make_model()
+        train(model, DeepReduce(ratio=0.1, index="entropy", value="entropy", min_size=100,
+                                device_path=device_path), steps=4)
+        results.append([p.detach().numpy().copy() for p in model.parameters()])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    ok("device_path")
+
+
 def check_time_aware():
     """The default DeepReduce decides per tensor and step by predicted time: every rank makes
     the same choice at every step (exploration included), parameters stay identical, big
