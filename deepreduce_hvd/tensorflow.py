@@ -34,6 +34,7 @@ from horovod.tensorflow.compression import Compressor
 
 from .errors import DeepReduceError
 from .planner import ALLGATHER, ALLREDUCE_FP16, PASS, Plan
+from .tf_device import DevicePath
 from .wrapper import DeepReduceBase, horovod_caller
 
 _AGREEMENTS = itertools.count()
@@ -53,7 +54,20 @@ def allreduce_gradients(gradients, variables, compression, op=hvd.Average,
 class DeepReduce(DeepReduceBase, Compressor):
     """A horovod.tensorflow compression; see the module docstring. Keyword arguments are
     those of deepreduce_hvd.wrapper.DeepReduceBase (sparsifier, ratio, index, value, memory,
-    min_size, objective, bandwidth, process_set, seed)."""
+    min_size, objective, bandwidth, process_set, seed), and:
+
+      device_path: where error feedback and selection run. "auto" (default): as TF ops in the
+        graph when TensorFlow has a GPU (only the selected values and positions reach the numpy
+        encoder); on CPU-only hosts, in the native engine. True: TF ops always (top-k and
+        threshold; random-k, "none" and shapes unknown until run time use the host); False.
+    """
+
+    def __init__(self, device_path="auto", **config):
+        if device_path not in ("auto", True, False):
+            raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
+        super().__init__(**config)
+        self.device_path = device_path
+        self._device = DevicePath(self.pipeline)
 
     @tf.autograph.experimental.do_not_convert
     def compress(self, tensor):
@@ -78,23 +92,32 @@ class DeepReduce(DeepReduceBase, Compressor):
         if name is None:
             self._warn_unnamed()
         pipeline, ranks = self.pipeline, self._set_size(process_set)
+        on_device = self._on_device(tensor, plan)
         if plan.kind != ALLGATHER:
             half = plan.kind == ALLREDUCE_FP16
+            if on_device:
+                return self._device.compress_dense(name, tensor, half), ("dense", tensor.dtype)
             sent = tf.numpy_function(lambda dense: pipeline.compress_dense(name, dense, half),
                                      [tensor], tf.float16 if half else tf.float32, stateful=True)
             sent.set_shape(tensor.shape)
-            return sent, ("dense", tensor.dtype, key, plan)
+            return sent, ("dense", tensor.dtype)
         plans = {}
 
-        def encode(dense):
+        def choose(size):
             step = plan if eager and plan.codec is not None else \
-                planner.plan(key, dense.size, True, kinds=(ALLGATHER,))
+                planner.plan(key, size, True, kinds=(ALLGATHER,))
             plans["current"] = step
-            return np.frombuffer(pipeline.compress(name, dense, step.codec, step.fallback),
-                                 dtype=np.uint8)
+            return step.codec, step.fallback
 
-        payload = tf.numpy_function(encode, [tensor], tf.uint8, stateful=True)
-        payload.set_shape([None])
+        if on_device:
+            payload = self._device.compress(name, tensor, choose)
+        else:
+            def encode(dense):
+                codec, fallback = choose(dense.size)
+                return np.frombuffer(pipeline.compress(name, dense, codec, fallback), np.uint8)
+
+            payload = tf.numpy_function(encode, [tensor], tf.uint8, stateful=True)
+            payload.set_shape([None])
         gathered = hvd.allgather(payload, process_set=process_set)
         placeholder = tf.fill([1], tf.constant(1.0 / ranks, tf.float32))
         return placeholder, ("sparse", gathered, tensor.shape, tf.shape(tensor), tensor.dtype,
@@ -121,6 +144,16 @@ class DeepReduce(DeepReduceBase, Compressor):
         out = tf.cast(tf.reshape(out, shape), dtype)
         out.set_shape(static_shape)
         return out
+
+    def _on_device(self, tensor, plan):
+        """Whether this tensor is compensated and selected with TF ops in the graph."""
+        if not tensor.shape.is_fully_defined():
+            return False
+        if self.device_path == "auto":
+            wanted = "GPU" in (tensor.device or "") or bool(tf.config.list_logical_devices("GPU"))
+        else:
+            wanted = bool(self.device_path)
+        return wanted and (plan.kind != ALLGATHER or self._device.supports())
 
     def _process_set(self, caller_set):
         if caller_set is None:

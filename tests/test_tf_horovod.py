@@ -5,7 +5,8 @@ from horovod_run import assert_accuracy_close, horovodrun, results, train_histor
 
 pytestmark = [pytest.mark.horovod, pytest.mark.tensorflow]
 
-CHECKS = ["eager", "tf_function", "gradient_tape", "mismatch", "keras3_gradients", "time_aware"]
+CHECKS = ["eager", "tf_function", "gradient_tape", "mismatch", "keras3_gradients", "time_aware",
+          "device_path"]
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"{n}ranks")

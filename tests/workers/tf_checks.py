@@ -153,6 +153,34 @@ def check_keras3_gradients():
     ok("keras3_gradients")
 
 
+def check_device_path():
+    """Compensation and selection as TF ops in the graph (device_path=True, here on the CPU)
+    train to exactly the variables the native host path gives."""
+    results = []
+    for device_path in (True, False):
+        tf.random.set_seed(0)
+        w1 = tf.Variable(tf.random.normal((30, 64), seed=1))
+        w2 = tf.Variable(tf.random.normal((64, 4), seed=2))
+        compression = DeepReduce(ratio=0.1, index="entropy", value="entropy", min_size=100,
+                                 device_path=device_path)
+        opt = tf.optimizers.SGD(0.05)
+        data = np.random.default_rng(7 + rank)
+
+        @tf.function
+        def step(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(tf.nn.relu(x @ w1) @ w2))
+            tape = hvd.DistributedGradientTape(tape, compression=compression)
+            opt.apply_gradients(zip(tape.gradient(loss, [w1, w2]), [w1, w2]))
+
+        for _ in range(4):
+            step(tf.constant(data.standard_normal((16, 30)), tf.float32))
+        results.append([w1.numpy(), w2.numpy()])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    ok("device_path")
+
+
 def check_time_aware():
     """The default DeepReduce in a traced tape: every rank makes the same choices, variables
     stay identical, and on a slow link the big gradient takes the allgather."""
