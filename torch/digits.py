@@ -66,4 +66,18 @@ class WideMLP(nn.Module):
         return self.net(x)
 
 
-MODELS = {"resnet20": ResNet20, "mlp": WideMLP}
+class LeNet(nn.Module):
+    """A LeNet-style CNN for 8x8 digits: two 3x3 convolutions, a 2x2 pool, three dense layers."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.ReLU(),
+                                      nn.Conv2d(6, 16, 3), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(144, 120), nn.ReLU(),
+                                        nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+MODELS = {"resnet20": ResNet20, "mlp": WideMLP, "lenet": LeNet}
