@@ -4,14 +4,22 @@ The payload format is in payload.py; which codecs encode a tensor is the selecto
 (selector.py). Curve fitting sorts values, so its payloads say how to undo the sort
 (arrangement.py).
 """
+from __future__ import annotations
+
 import math
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from . import arrangement, payload, selector
 from .dtypes import dtype_code
 from .errors import DeepReduceError
 from .payload import DEFAULT_MAX_ELEMENTS
+
+CodecSpec = Union[str, dict]  # a codec id, or a config dict {"id": ..., **params}
+Shape = Tuple[int, ...]
+Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
 
 
 class SparseCodec:
@@ -27,20 +35,21 @@ class SparseCodec:
     >>> values2, indices2, shape2 = decode(payload)
     """
 
-    def __init__(self, index="entropy", value="raw", arrangement="auto"):
+    def __init__(self, index: CodecSpec = "entropy", value: CodecSpec = "raw",
+                 arrangement: str = "auto") -> None:
         self.selector = selector.build(index, value, arrangement)
         self.arrangement = arrangement
 
     @property
-    def lossless(self):
+    def lossless(self) -> bool:
         """True when every selected element arrives exactly."""
         return self.selector.lossless
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**self.selector.get_config(), "arrangement": self.arrangement}
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict) -> "SparseCodec":
         if not isinstance(config, dict):
             raise DeepReduceError(f"codec config must be a dict, not {type(config).__name__}")
         unknown = set(config) - {"index", "value", "arrangement"}
@@ -52,7 +61,8 @@ class SparseCodec:
         config = self.selector.get_config()
         return f"SparseCodec(index={config['index']!r}, value={config['value']!r})"
 
-    def encode(self, values, indices, shape, dense=None, seed=None):
+    def encode(self, values: ArrayLike, indices: ArrayLike, shape: Sequence[int],
+               dense: Optional[ArrayLike] = None, seed: Optional[int] = None) -> bytes:
         """Encode a sparse tensor -> payload bytes.
 
         values: float array, indices: integer positions in the flattened tensor (unique),
@@ -62,7 +72,9 @@ class SparseCodec:
         """
         return self.encode_full(values, indices, shape, dense, seed).payload
 
-    def encode_full(self, values, indices, shape, dense=None, seed=None):
+    def encode_full(self, values: ArrayLike, indices: ArrayLike, shape: Sequence[int],
+                    dense: Optional[ArrayLike] = None,
+                    seed: Optional[int] = None) -> selector.Encoded:
         """Like encode, -> selector.Encoded: the payload, the positions its values land on and
         those values exactly as decode() returns them (for error feedback)."""
         try:
@@ -99,7 +111,9 @@ def prepare(values, indices, shape, dense, seed):
     return selector.Sparse(values, indices, shape, size, dense, seed)
 
 
-def decode(payload_bytes, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None, expect_dtype=None):
+def decode(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEMENTS,
+           expect_shape: Optional[Sequence[int]] = None, expect_dtype: DTypeLike = None
+           ) -> Tuple[np.ndarray, np.ndarray, Shape]:
     """Decode a payload -> (values, indices, shape), indices ascending; the payload names its
     own codecs.
 
@@ -116,8 +130,9 @@ def decode(payload_bytes, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None, 
     return values, indices, shape
 
 
-def decode_unordered(payload_bytes, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None,
-                     expect_dtype=None):
+def decode_unordered(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                     expect_shape: Optional[Sequence[int]] = None, expect_dtype: DTypeLike = None
+                     ) -> Tuple[np.ndarray, np.ndarray, Shape]:
     """Like decode, with the positions in the payload's own order (each index codec
     guarantees they are unique); what a receiver that only sums needs.
 
@@ -144,7 +159,7 @@ def decode_unordered(payload_bytes, max_elements=DEFAULT_MAX_ELEMENTS, expect_sh
     return values, indices, p.shape
 
 
-def describe(payload_bytes):
+def describe(payload_bytes: Buffer) -> dict[str, Any]:
     """What a payload holds, without decoding it: codecs, shape, count and section sizes."""
     p = payload.parse(payload_bytes, max_elements=2**63)
     return {"index": p.index_codec.codec_id, "value": p.value_codec.codec_id,
@@ -153,7 +168,8 @@ def describe(payload_bytes):
             "total_bytes": len(payload_bytes)}
 
 
-def densify(values, indices, shape, dtype=None):
+def densify(values: np.ndarray, indices: np.ndarray, shape: Sequence[int],
+            dtype: DTypeLike = None) -> np.ndarray:
     """Scatter a decoded sparse tensor into a dense array."""
     out = np.zeros(math.prod(shape), dtype=dtype or values.dtype)
     out[indices] = values

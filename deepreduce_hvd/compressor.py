@@ -4,17 +4,20 @@ The PyTorch and TensorFlow wrappers only move tensors to and from numpy and call
 everything that decides what goes on the wire is here (and, for the time-aware choice, in
 planner.py). Payloads travel in frames (frames.py).
 """
+from __future__ import annotations
+
 import json
 import math
 import os
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import frames, sparsify
-from .codec import SparseCodec, decode_unordered
+from .codec import Buffer, CodecSpec, SparseCodec, decode_unordered
 from .errors import DeepReduceError
 from .memory import ResidualMemory
 from .payload import check_shape
@@ -22,6 +25,7 @@ from .halves import to_half
 from .scatter import scatter_add
 
 SPARSIFIERS = ("topk", "randomk", "threshold", "none")
+WARMUP_START = 0.25  # the density warm-up starts at DGC's first-epoch density
 MEMORIES = (None, "none", "residual")
 
 
@@ -40,7 +44,7 @@ class Stats:
         self.tensors_nonfinite = 0
         self.encode_s = self.decode_s = 0.0
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"bytes_sent": self.bytes_sent, "dense_bytes": self.dense_bytes,
                 "ratio": self.dense_bytes / self.bytes_sent if self.bytes_sent else 0.0,
                 "tensors_compressed": self.tensors_compressed,
@@ -77,14 +81,19 @@ class Pipeline:
     index, value, arrangement: as for SparseCodec ("auto": smallest payload per call).
     memory: "residual" (error feedback, the default) or None.
     min_size: tensors with fewer elements are sent dense (default 1000, as in the paper).
+    warmup_steps: density warm-up (Deep Gradient Compression): top-k and random-k keep 25%
+    of a tensor at its first step, decaying geometrically to `ratio` over this many steps,
+    so that early training, when gradients change fastest, is not starved (default 0: off).
 
     A gradient holding NaN or Inf is not encoded: every rank receives NaN for that tensor
     (as a dense allreduce would deliver NaN; an AMP loss scaler then skips the step), and its
     residual is reset.
     """
 
-    def __init__(self, sparsifier="topk", ratio=0.01, threshold=0.0, index="auto",
-                 value="auto", arrangement="auto", memory="residual", min_size=1000, seed=0):
+    def __init__(self, sparsifier: str = "topk", ratio: float = 0.01, threshold: float = 0.0,
+                 index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
+                 memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
+                 warmup_steps: int = 0) -> None:
         if sparsifier not in SPARSIFIERS:
             raise DeepReduceError(f"sparsifier must be one of {SPARSIFIERS}, not {sparsifier!r}")
         sparsify.selection_size(1, ratio)  # validates the ratio
@@ -93,30 +102,47 @@ class Pipeline:
             raise DeepReduceError(f"memory must be None or 'residual', not {memory!r}")
         if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
             raise DeepReduceError(f"min_size must be a non-negative int, not {min_size!r}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise DeepReduceError(f"warmup_steps must be a non-negative int, not {warmup_steps!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise DeepReduceError(f"seed must be an integer in [0, 2**64), not {seed!r}")
         self.sparsifier, self.ratio, self.threshold = sparsifier, ratio, float(threshold)
         self.codec = SparseCodec(index=index, value=value, arrangement=arrangement)
         self.memory = ResidualMemory() if memory == "residual" else None
-        self.min_size, self.seed = min_size, seed
+        self.min_size, self.seed, self.warmup_steps = min_size, seed, warmup_steps
         self.stats = Stats()
         self._steps = {}
         self._last_decode = {}
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {"sparsifier": self.sparsifier, "ratio": self.ratio, "threshold": self.threshold,
                 **self.codec.get_config(), "memory": "residual" if self.memory else None,
-                "min_size": self.min_size}
+                "min_size": self.min_size, "warmup_steps": self.warmup_steps}
 
     def compresses(self, size, is_float):
         """Whether a tensor goes through the codec (else it is passed through unchanged)."""
         return is_float and size >= max(self.min_size, 1)
 
-    def selection_count(self, size):
-        """How many elements the sparsifier sends from a tensor of `size` (at most)."""
+    def current_ratio(self, name=None):
+        """The ratio of tensor `name`'s next selection: `ratio`, or during its density warm-up
+        a geometric decay from WARMUP_START (unnamed tensors: `ratio`). Every rank compresses
+        a tensor the same number of times, so every rank selects the same count."""
+        step = self._steps.get(name, 0) if name is not None else self.warmup_steps
+        if step >= self.warmup_steps or self.ratio >= WARMUP_START:
+            return self.ratio
+        return WARMUP_START * (self.ratio / WARMUP_START) ** (step / self.warmup_steps)
+
+    def selection_count(self, size, name=None):
+        """How many elements the sparsifier sends from a tensor of `size` (at most) at tensor
+        `name`'s next step."""
         if self.sparsifier in ("topk", "randomk"):
-            return sparsify.selection_size(size, self.ratio)
+            return sparsify.selection_size(size, self.current_ratio(name))
         return size
+
+    def _advance(self, name):
+        """One more step of tensor `name` (sent sparse or dense)."""
+        if name is not None:
+            self._steps[name] = self._steps.get(name, 0) + 1
 
     def fingerprint(self, shape, dtype_name):
         text = json.dumps([list(shape), dtype_name, self.get_config()], sort_keys=True)
@@ -127,7 +153,7 @@ class Pipeline:
         memory = self.memory if name is not None else None
         residual = memory.buffer(name, dense.shape).reshape(-1) if memory else None
         if self.sparsifier in ("topk", "threshold"):
-            k = sparsify.selection_size(dense.size, self.ratio)
+            k = self.selection_count(dense.size, name)
             picked = sparsify.select(self.sparsifier, dense, residual, k=k, tau=self.threshold)
             compensated = residual if residual is not None else dense.reshape(-1)
             return None if picked is None else (*picked, None, compensated)
@@ -138,11 +164,12 @@ class Pipeline:
             return None
         if self.sparsifier == "none":
             return compensated.copy(), np.arange(compensated.size, dtype=np.int64), None, compensated
-        step = self._steps[name] = self._steps.get(name, -1) + 1
-        seed = zlib.crc32(f"{name}:{step}".encode()) ^ self.seed
-        return (*sparsify.randomk(compensated, self.ratio, seed), seed, compensated)
+        seed = zlib.crc32(f"{name}:{self._steps.get(name, 0)}".encode()) ^ self.seed
+        ratio = self.current_ratio(name)
+        return (*sparsify.randomk(compensated, ratio, seed), seed, compensated)
 
-    def compress(self, name, dense, codec=None, fallback=None):
+    def compress(self, name: Optional[str], dense: np.ndarray, codec: Optional[SparseCodec] = None,
+                 fallback: Optional[SparseCodec] = None) -> bytes:
         """dense numpy gradient -> frame bytes for the allgather. The residual memory, if any,
         is keyed by name; tensors without a name (None) get no error feedback. codec: the
         SparseCodec to use this time (default: the pipeline's); fallback: a codec to use if
@@ -191,9 +218,12 @@ class Pipeline:
         self.stats.bytes_sent += len(frame)
         self.stats.dense_bytes += 4 * math.prod(shape)
         self.stats.tensors_compressed += 1
+        self._advance(name)
         return frame, encoded
 
-    def decompress(self, gathered, shape, dtype_name, ranks, name=None, out=None, scale=1.0):
+    def decompress(self, gathered: Buffer, shape: Sequence[int], dtype_name: str, ranks: int,
+                   name: Optional[str] = None, out: Optional[np.ndarray] = None,
+                   scale: float = 1.0) -> Tuple[np.ndarray, List[frames.Frame]]:
         """The concatenated frames of every rank (an allgather's output) -> scale times their
         sum, dense float32, added in rank order so that every rank computes the same bits.
         out: a float32 buffer of the tensor's size to write the sum into (else a new one).
@@ -224,7 +254,7 @@ class Pipeline:
         self.stats.decode_s += elapsed
         return total.reshape(shape), received
 
-    def compress_dense(self, name, dense, half=False):
+    def compress_dense(self, name: Optional[str], dense: np.ndarray, half: bool = False) -> np.ndarray:
         """A tensor for Horovod's own allreduce (the time-aware choice): the compensated
         gradient, as float16 if `half`; the residual keeps what fp16 rounding lost (and is
         reset if the gradient or its fp16 cast is not finite)."""
@@ -242,11 +272,12 @@ class Pipeline:
             sent = work.copy() if memory is not None else work
             if memory is not None:
                 work.fill(0.0)  # receivers got everything
-        self.count_dense(sent.nbytes, dense.size, time.perf_counter() - start)
+        self.count_dense(sent.nbytes, dense.size, time.perf_counter() - start, name)
         return sent
 
-    def count_dense(self, nbytes, size, seconds):
-        """Stats of one tensor handed to Horovod's own allreduce."""
+    def count_dense(self, nbytes, size, seconds, name=None):
+        """Stats (and the step) of one tensor handed to Horovod's own allreduce."""
+        self._advance(name)
         self.stats.encode_s += seconds
         self.stats.bytes_sent += nbytes
         self.stats.dense_bytes += 4 * size

@@ -215,7 +215,7 @@ class TimePlanner:
             return Plan(PASS)
         state = self._tensors.setdefault(name, _TensorState())
         if state.ranked is None:  # predictions change only when measurements arrive
-            k = self.pipeline.selection_count(size)
+            k = self.pipeline.selection_count(size, name)
             options = [label for label in self._options(size, kinds) if kinds is None or
                        (ALLGATHER if label in self.candidates else label) in kinds]
             if not options:

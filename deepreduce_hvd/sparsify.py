@@ -5,7 +5,12 @@ position, so every path (the native engine, numpy, the torch and TF device paths
 same set and sends the same bytes. `select` fuses error feedback into the pass: the residual
 buffer becomes residual + gradient in place while the candidates are collected.
 """
+from __future__ import annotations
+
+from typing import Tuple
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import native
 from .errors import DeepReduceError
@@ -14,7 +19,7 @@ SAMPLED_TOPK_MIN_SIZE = 1 << 16
 _SAMPLE = 1 << 14
 
 
-def selection_size(size, ratio):
+def selection_size(size: int, ratio: float) -> int:
     """How many of `size` elements a ratio keeps: at least one of a non-empty tensor."""
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
         raise DeepReduceError(f"ratio must be in (0, 1], not {ratio!r}")
@@ -62,7 +67,7 @@ def _finite(flat):
         raise DeepReduceError("the tensor holds NaN or Inf; sparsifiers need finite values")
 
 
-def topk(dense, ratio):
+def topk(dense: ArrayLike, ratio: float) -> Tuple[np.ndarray, np.ndarray]:
     """The round(ratio * size) elements of largest magnitude (ties: lower positions first)."""
     flat = _flat(dense)
     k = selection_size(flat.size, ratio)
@@ -84,7 +89,7 @@ def random_positions(size, k, seed):
     return np.sort(rng.choice(size, k, replace=False)).astype(np.int64)
 
 
-def randomk(dense, ratio, seed):
+def randomk(dense: ArrayLike, ratio: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
     """round(ratio * size) positions drawn uniformly with a seed; the "seeded" index codec
     regenerates them from the seed, so they cost no index bytes."""
     flat = _flat(dense)
@@ -98,7 +103,7 @@ def check_threshold(tau):
     return float(tau)
 
 
-def threshold(dense, tau):
+def threshold(dense: ArrayLike, tau: float) -> Tuple[np.ndarray, np.ndarray]:
     """Every element with magnitude above tau (tau=0 keeps the non-zeros)."""
     tau = check_threshold(tau)
     flat = _flat(dense)

@@ -24,8 +24,11 @@ Keras: Horovod 0.28.1 predates Keras 3, so use tf-keras (`pip install tf-keras`,
 DistributedGradientTape; for Keras 3 models take gradients with a plain tf.GradientTape and
 reduce them with `allreduce_gradients` below, then apply them with the Keras optimizer.
 """
+from __future__ import annotations
+
 import itertools
 import time
+from typing import Any, Optional, Tuple, Union
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -62,7 +65,7 @@ class DeepReduce(DeepReduceBase, Compressor):
         threshold; random-k, "none" and shapes unknown until run time use the host); False.
     """
 
-    def __init__(self, device_path="auto", **config):
+    def __init__(self, device_path: Union[str, bool] = "auto", **config: Any) -> None:
         if device_path not in ("auto", True, False):
             raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
         super().__init__(**config)
@@ -70,7 +73,7 @@ class DeepReduce(DeepReduceBase, Compressor):
         self._device = DevicePath(self.pipeline)
 
     @tf.autograph.experimental.do_not_convert
-    def compress(self, tensor):
+    def compress(self, tensor: tf.Tensor) -> Tuple[tf.Tensor, Optional[tuple]]:
         caller = horovod_caller(self, tensor)
         name, process_set = caller.name, self._process_set(caller.process_set)
         size = tensor.shape.num_elements()  # None: known only when the graph runs
@@ -124,7 +127,7 @@ class DeepReduce(DeepReduceBase, Compressor):
                              key, plans, ranks)
 
     @tf.autograph.experimental.do_not_convert
-    def decompress(self, tensor, ctx):
+    def decompress(self, tensor: tf.Tensor, ctx: Optional[tuple]) -> tf.Tensor:
         if ctx is None:
             return tensor
         if ctx[0] == "dense":

@@ -11,15 +11,16 @@ import tensorflow as tf
 
 
 def topk_positions(magnitude, k):
-    """Ascending positions of the k largest magnitudes, lower positions first among ties."""
+    """Ascending positions of the k largest magnitudes, lower positions first among ties;
+    k: an int, or an int32 scalar tensor known when the graph runs (k >= 1)."""
     n = tf.size(magnitude, out_type=tf.int64)
-    if k == 0:
+    if isinstance(k, int) and k == 0:
         return tf.zeros([0], tf.int64)
     kth = tf.reduce_min(tf.math.top_k(magnitude, k, sorted=False).values)
     above = tf.reshape(tf.where(magnitude > kth), [-1])
     ties = tf.reshape(tf.where(tf.equal(magnitude, kth)), [-1])
     ties = ties[:k - tf.size(above)]
-    return tf.cond(tf.equal(n, k), lambda: tf.range(n),
+    return tf.cond(tf.equal(n, tf.cast(k, tf.int64)), lambda: tf.range(n),
                    lambda: tf.sort(tf.concat([above, ties], 0)))
 
 
@@ -52,7 +53,13 @@ class DevicePath:
         finite = tf.reduce_all(tf.math.is_finite(compensated))
         magnitude = tf.abs(compensated)
         if pipeline.sparsifier == "topk":
-            positions = topk_positions(magnitude, pipeline.selection_count(int(np.prod(shape))))
+            size = int(np.prod(shape))
+            k = pipeline.selection_count(size, name)
+            if pipeline.warmup_steps:  # the count changes with the step: read when the graph runs
+                k = tf.numpy_function(lambda: np.int32(pipeline.selection_count(size, name)),
+                                      [], tf.int32, stateful=True)
+                k.set_shape([])
+            positions = topk_positions(magnitude, k)
         else:
             positions = tf.reshape(tf.where(magnitude > pipeline.threshold), [-1])
         values = tf.gather(compensated, positions)
@@ -86,7 +93,7 @@ class DevicePath:
         residual keeping what the cast lost)."""
         compensated, residual = self._compensated(name, tensor)
         sent = tf.cast(compensated, tf.float16 if half else tf.float32)
-        count = tf.numpy_function(lambda size: self._count(size, 2 if half else 4),
+        count = tf.numpy_function(lambda size: self._count(size, 2 if half else 4, name),
                                   [tf.size(sent)], tf.int64, stateful=True)
         updates = [count]
         if residual is not None:
@@ -96,7 +103,7 @@ class DevicePath:
         with tf.control_dependencies(updates):
             return tf.reshape(tf.identity(sent), tensor.shape)
 
-    def _count(self, size, itemsize):
-        self.pipeline.count_dense(int(size) * itemsize, int(size), 0.0)
+    def _count(self, size, itemsize, name):
+        self.pipeline.count_dense(int(size) * itemsize, int(size), 0.0, name)
         return np.int64(0)
 

@@ -28,8 +28,11 @@ Passed through unchanged (and exact): integer tensors and sparse-layout gradient
 on a GPU are compensated and selected there (torch_device.py); only O(k) values cross to the
 host.
 """
+from __future__ import annotations
+
 import itertools
 import time
+from typing import Any, Iterable, Optional, Tuple, Union
 
 import horovod.torch as hvd
 import torch
@@ -44,7 +47,7 @@ _NAME_ATTR = "_deepreduce_name"
 _AGREEMENTS = itertools.count()
 
 
-def named(tensor, name):
+def named(tensor: torch.Tensor, name: str) -> torch.Tensor:
     """Tag a tensor with the name DeepReduce keys its residual and collective by."""
     setattr(tensor, _NAME_ATTR, str(name))
     return tensor
@@ -81,14 +84,14 @@ class DeepReduce(DeepReduceBase, Compressor):
         ops always (top-k and threshold; random-k and "none" use the host); False: never.
     """
 
-    def __init__(self, device_path="auto", **config):
+    def __init__(self, device_path: Union[str, bool] = "auto", **config: Any) -> None:
         if device_path not in ("auto", True, False):
             raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
         super().__init__(**config)
         self.device_path = device_path
         self._device = DevicePath(self.pipeline)
 
-    def name_parameters(self, named_parameters):
+    def name_parameters(self, named_parameters: Iterable[Tuple[str, torch.nn.Parameter]]) -> "DeepReduce":
         """Tag every gradient of these parameters with the parameter's name (call it with the
         same named_parameters given to hvd.DistributedOptimizer). Returns self."""
         def tagger(name):
@@ -102,7 +105,7 @@ class DeepReduce(DeepReduceBase, Compressor):
                 param.register_post_accumulate_grad_hook(tagger(name))
         return self
 
-    def compress(self, tensor):
+    def compress(self, tensor: torch.Tensor) -> Tuple[torch.Tensor, Optional[_Pending]]:
         caller = horovod_caller(self, tensor)
         name = getattr(tensor, _NAME_ATTR, None) or caller.name
         process_set = self._process_set(caller.process_set)
@@ -138,7 +141,7 @@ class DeepReduce(DeepReduceBase, Compressor):
         placeholder = torch.full((1,), 1.0 / ranks, dtype=torch.float32)
         return placeholder, _Pending(gathered, tensor, dtype_name, key, plan, ranks, caller.optimizer)
 
-    def decompress(self, tensor, ctx):
+    def decompress(self, tensor: torch.Tensor, ctx: Optional[_Pending]) -> torch.Tensor:
         if ctx is None:
             return tensor
         planner = self.planner()

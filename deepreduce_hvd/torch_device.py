@@ -71,7 +71,7 @@ class DevicePath:
             return pipeline.encode_selected(None, None, shape, dtype, name, start=start)[0]
         magnitude = compensated.abs()
         if pipeline.sparsifier == "topk":
-            positions = topk_positions(magnitude, pipeline.selection_count(magnitude.numel()))
+            positions = topk_positions(magnitude, pipeline.selection_count(magnitude.numel(), name))
         else:
             positions = torch.nonzero(magnitude > pipeline.threshold).flatten()
         frame, encoded = pipeline.encode_selected(
@@ -100,5 +100,5 @@ class DevicePath:
             if residual is not None:
                 residual.zero_()
         self.pipeline.count_dense(sent.numel() * sent.element_size(), sent.numel(),
-                                  time.perf_counter() - start)
+                                  time.perf_counter() - start, name)
         return sent.reshape(tensor.shape)

@@ -4,10 +4,13 @@ A framework wrapper subclasses `DeepReduceBase` and supplies four collectives on
 set (`_broadcast_object`, `_time_allreduce`, `_time_allgather`, `_set_size`); everything
 else, including the calibration that the time-aware planner starts from, is here.
 """
+from __future__ import annotations
+
 import sys
 import warnings
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
+from .codec import CodecSpec
 from .compressor import Pipeline
 from .errors import DeepReduceError
 from .planner import (EXACT_CANDIDATES, SPARSE_CANDIDATES, FixedPlanner, LinkModel, TimePlanner,
@@ -28,6 +31,8 @@ class DeepReduceBase:
         bounds the relative L2 error of lossy value codecs (default 0.05).
       memory: "residual" (error feedback, the default) or None.
       min_size: tensors with fewer elements are never sparsified (default 1000).
+      warmup_steps: density warm-up: each tensor starts at 25% density, decaying
+        geometrically to `ratio` over this many steps (default 0: off; see Pipeline).
       objective: "time" (default): with an "auto" codec, each tensor takes the way with the
         least predicted time, Horovod's own fp32 or fp16 allreduce included; "bytes": the
         smallest payload every time.
@@ -38,14 +43,16 @@ class DeepReduceBase:
       seed: for random-k.
     """
 
-    def __init__(self, sparsifier="topk", ratio=0.01, threshold=0.0, index="auto", value="auto",
-                 arrangement="auto", memory="residual", min_size=1000, seed=0, objective="time",
-                 bandwidth=None, process_set=None):
+    def __init__(self, sparsifier: str = "topk", ratio: float = 0.01, threshold: float = 0.0,
+                 index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
+                 memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
+                 objective: str = "time", bandwidth: Union[None, float, str] = None,
+                 process_set: Any = None, warmup_steps: int = 0) -> None:
         if objective not in OBJECTIVES:
             raise DeepReduceError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
         self.pipeline = Pipeline(sparsifier=sparsifier, ratio=ratio, threshold=threshold,
                                  index=index, value=value, arrangement=arrangement, memory=memory,
-                                 min_size=min_size, seed=seed)
+                                 min_size=min_size, seed=seed, warmup_steps=warmup_steps)
         self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)
         self.process_set = process_set
         self.time_aware = objective == "time" and (is_auto(index) or is_auto(value))
@@ -125,7 +132,7 @@ class DeepReduceBase:
                           "hvd.allreduce a name=.", RuntimeWarning, stacklevel=3)
 
     # ---- stats ----
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_allreduced,
         tensors_passed_through, tensors_nonfinite, encode_s, decode_s (this rank, since the
         last reset) and, in the time-aware mode, "tensors": each tensor's choice with the
@@ -135,7 +142,7 @@ class DeepReduceBase:
             out["tensors"] = self._planner.report()
         return out
 
-    def reset_stats(self):
+    def reset_stats(self) -> None:
         self.pipeline.stats.reset()
 
     # ---- what a framework supplies ----

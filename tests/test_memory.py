@@ -52,9 +52,27 @@ def test_memory_compensates_and_delivers_in_place():
     assert memory.residual("a") is None
 
 
+@pytest.mark.parametrize("sparsifier", ["topk", "randomk"])
+def test_density_warmup_decays_from_a_quarter_to_the_ratio(sparsifier, rng):
+    pipeline = dr.Pipeline(sparsifier=sparsifier, ratio=0.01, warmup_steps=4, index="golomb",
+                           value="raw")
+    sent = []
+    for step in range(6):
+        frame = pipeline.compress("w", rng.standard_normal(10_000).astype(np.float32))
+        _, received = pipeline.decompress(frame, (10_000,), "float32", ranks=1)
+        sent.append(dr.describe(received[0].payload)["count"])
+    # 25% * (0.01 / 0.25) ** (step / 4), then the ratio; dense steps count as steps too
+    assert sent == [2500, 1118, 500, 224, 100, 100]
+    assert pipeline.selection_count(10_000, "w") == 100
+    assert pipeline.selection_count(10_000, "other") == 2500  # each tensor has its own steps
+    assert pipeline.selection_count(10_000) == 100            # unnamed: no warm-up
+    pipeline.compress_dense("other", np.ones(10_000, np.float32))
+    assert pipeline.selection_count(10_000, "other") == 1118
+
+
 def test_pipeline_rejects_bad_config():
     for bad in (dict(sparsifier="topq"), dict(ratio=0), dict(ratio=1.5), dict(memory="yes"),
-                dict(min_size=-1), dict(index="nope"), dict(value={"id": "qsgd", "bits": 1})):
+                dict(min_size=-1), dict(warmup_steps=-1), dict(warmup_steps=1.5), dict(index="nope"), dict(value={"id": "qsgd", "bits": 1})):
         with pytest.raises(dr.DeepReduceError):
             dr.Pipeline(**bad)
 

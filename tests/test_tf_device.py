@@ -19,7 +19,8 @@ def strip(frame):
 @pytest.mark.parametrize("config", [dict(sparsifier="topk", ratio=0.01),
                                     dict(sparsifier="topk", ratio=0.2, index="entropy", value="entropy"),
                                     dict(sparsifier="threshold", threshold=0.5, index="golomb", value="fp16"),
-                                    dict(sparsifier="topk", ratio=0.05, memory=None)])
+                                    dict(sparsifier="topk", ratio=0.05, memory=None),
+                                    dict(sparsifier="topk", ratio=0.01, warmup_steps=3)])
 def test_same_bytes_and_residual_as_the_host_path(config, traced):
     config = {"index": "golomb", "value": "raw", **config}
     host, in_graph = dr.Pipeline(**config), dr.Pipeline(**config)

@@ -68,7 +68,9 @@ def main():
     hvd.init()
     keras.utils.set_random_seed(args.seed)
     x_train, y_train, x_test, y_test = digits_split(args.seed)
-    x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
+    shard = len(y_train) // hvd.size()  # equal shards: every rank takes the same number of steps
+    x_train = x_train[hvd.rank()::hvd.size()][:shard]
+    y_train = y_train[hvd.rank()::hvd.size()][:shard]
     model = make_model()
     optimizer = keras.optimizers.SGD(args.lr, momentum=0.9)
     compression = make_compression(args)

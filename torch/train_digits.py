@@ -64,7 +64,9 @@ def main():
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     x_train, y_train, x_test, y_test = digits_split(seed=args.seed)
-    x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
+    shard = len(y_train) // hvd.size()  # equal shards: every rank takes the same number of steps
+    x_train = x_train[hvd.rank()::hvd.size()][:shard]
+    y_train = y_train[hvd.rank()::hvd.size()][:shard]
     model = MODELS[args.model]()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
