@@ -13,7 +13,7 @@ VALUE ?= entropy
 DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
-.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk \
+.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk bench-hotpath bench-scaling bench-fuzz \
 	bench-e2e bench-convergence capture clean
 
 setup: .venv/.installed
@@ -61,6 +61,20 @@ bench-bloom: setup
 
 bench-topk: setup
 	$(PY) -m deepreduce_hvd.bench topk --size 25000000 --density $(DENSITY)
+
+# the largest captured gradient: compress and the decoding of 32 ranks' payloads beside a copy
+bench-hotpath: setup $(GRADIENTS)
+	$(PY) -m deepreduce_hvd.bench hotpath --gradients $(GRADIENTS) --density $(DENSITY) \
+		--json docs/hotpath.json
+
+# decode cost for P = 2..64 payloads and where the allgather stops beating a ring allreduce
+bench-scaling: setup $(GRADIENTS)
+	$(PY) -m deepreduce_hvd.bench scaling --gradients $(GRADIENTS) --density $(DENSITY) \
+		--json docs/decode_scaling.json --plot docs/decode_scaling.png
+
+# 20,000 corrupted payloads of every codec (half with recomputed checksums), in a child process
+bench-fuzz: setup
+	$(PY) -m deepreduce_hvd.bench fuzz --mutants 20000 --json docs/fuzz.json
 
 # as root: 2-rank jobs in a network namespace shaped to 1 Gbit/s and 100 Mbit/s (QUICK=1: < 5 min)
 bench-e2e: setup

@@ -22,6 +22,13 @@ parameter's name (a post-accumulate-grad hook, which runs before Horovod's); `na
 tags a tensor for a direct hvd.allreduce; otherwise the name is read from Horovod's calling
 frame, and a tensor left without a name gets no error feedback (with a warning).
 
+Hierarchical mode (`hierarchical=True`, for jobs that span hosts): each host sums the gradient
+with Horovod's dense allreduce on a process set of its own ranks, one leader per host encodes
+the host's sum (with the host's error feedback) and exchanges payloads with the other leaders,
+and each leader broadcasts the total to its host. Needs dynamic process sets
+(HOROVOD_DYNAMIC_PROCESS_SETS=1 or hvd.init(process_sets="dynamic")) and the global set; a job
+on one host, or with one rank per host, stays flat.
+
 Process sets: the payload travels on the process set of the optimizer or allreduce that called
 `compress` (or the `process_set=` given here; a different one raises DeepReduceError).
 Passed through unchanged (and exact): integer tensors and sparse-layout gradients. Gradients
@@ -31,6 +38,7 @@ host.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from typing import Any, Iterable, Optional, Tuple, Union
 
@@ -39,12 +47,14 @@ import torch
 from horovod.torch.compression import Compressor
 
 from .errors import DeepReduceError
+from .hosts import topology
 from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
 from .torch_device import DevicePath, numpy_dtype_name
 from .wrapper import DeepReduceBase, horovod_caller
 
 _NAME_ATTR = "_deepreduce_name"
 _AGREEMENTS = itertools.count()
+_HIERARCHY = []  # the job's _Hierarchy (or False when flat), shared by every DeepReduce
 
 
 def named(tensor: torch.Tensor, name: str) -> torch.Tensor:
@@ -67,6 +77,36 @@ class _Pending:
             tensor.dtype == torch.float32 and tensor.is_contiguous() else None
 
 
+class _AcrossHosts:
+    """What decompress needs in the hierarchical mode: the leader's pending exchange between
+    hosts (`inner`, as in the flat mode, or a dense allreduce `handle`), and the host."""
+    __slots__ = ("inner", "handle", "hierarchy", "shape", "dtype", "device", "key")
+
+    def __init__(self, inner, handle, hierarchy, tensor, key):
+        self.inner, self.handle, self.hierarchy, self.key = inner, handle, hierarchy, key
+        self.shape, self.dtype, self.device = tuple(tensor.shape), tensor.dtype, tensor.device
+
+
+class _Hierarchy:
+    """The hosts of a job (hosts.Hosts) and the Horovod process sets of the hierarchical mode."""
+
+    def __init__(self, hosts):
+        if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") != "1":
+            raise DeepReduceError("DeepReduce(hierarchical=True) adds process sets for the hosts: "
+                                  "run with HOROVOD_DYNAMIC_PROCESS_SETS=1 or "
+                                  "hvd.init(process_sets=\"dynamic\")")
+        self.hosts, sets = hosts, {}
+        try:  # every rank adds every set, in the same order
+            for ranks in (*hosts.hosts, hosts.leaders):
+                if len(ranks) > 1:
+                    sets[ranks] = hvd.add_process_set(list(ranks))
+        except ValueError as exc:
+            raise DeepReduceError(f"hierarchical mode: {exc} (remove it, or run flat)") from exc
+        self.local = sets.get(hosts.local)
+        self.leaders = sets[hosts.leaders]
+        self.is_leader = hvd.rank() == hosts.leader
+
+
 def _host(tensor):
     """The gradient as a numpy array on the host (no copy for a CPU tensor)."""
     host = tensor.detach().to("cpu")
@@ -84,11 +124,14 @@ class DeepReduce(DeepReduceBase, Compressor):
         ops always (top-k and threshold; random-k and "none" use the host); False: never.
     """
 
-    def __init__(self, device_path: Union[str, bool] = "auto", **config: Any) -> None:
+    def __init__(self, device_path: Union[str, bool] = "auto", hierarchical: bool = False,
+                 **config: Any) -> None:
         if device_path not in ("auto", True, False):
             raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
+        if not isinstance(hierarchical, bool):
+            raise DeepReduceError(f"hierarchical must be True or False, not {hierarchical!r}")
         super().__init__(**config)
-        self.device_path = device_path
+        self.device_path, self.hierarchical = device_path, hierarchical
         self._device = DevicePath(self.pipeline)
 
     def name_parameters(self, named_parameters: Iterable[Tuple[str, torch.nn.Parameter]]) -> "DeepReduce":
@@ -114,12 +157,21 @@ class DeepReduce(DeepReduceBase, Compressor):
             return tensor, None
         key = name if name is not None else \
             f"unnamed:{tuple(tensor.shape)}:{tensor.dtype}:{caller.member}"
+        hierarchy = self._across_hosts(process_set)
+        if hierarchy:
+            return self._compress_across_hosts(tensor, name, key, hierarchy)
         plan = self.planner(process_set).plan(key, tensor.numel(), tensor.dtype.is_floating_point)
         if plan.kind == PASS:
             self.pipeline.passed_through(tensor.numel(), tensor.element_size())
             return tensor, None
         if name is None:
             self._warn_unnamed()
+        sent, ctx = self._send(tensor, name, key, plan, process_set, caller.optimizer)
+        return sent, ctx
+
+    def _send(self, tensor, name, key, plan, process_set, in_place=False):
+        """What goes to the ranks of process_set under this plan -> (tensor for Horovod's
+        allreduce: the compensated gradient, or the placeholder of a started allgather; ctx)."""
         dtype_name = numpy_dtype_name(tensor.dtype)
         ranks = self._set_size(process_set)
         on_device = self._on_device(tensor, plan)
@@ -139,11 +191,19 @@ class DeepReduce(DeepReduceBase, Compressor):
                                        name=f"DeepReduce.{key}@{process_set.process_set_id}",
                                        process_set=process_set)
         placeholder = torch.full((1,), 1.0 / ranks, dtype=torch.float32)
-        return placeholder, _Pending(gathered, tensor, dtype_name, key, plan, ranks, caller.optimizer)
+        return placeholder, _Pending(gathered, tensor, dtype_name, key, plan, ranks, in_place)
 
-    def decompress(self, tensor: torch.Tensor, ctx: Optional[_Pending]) -> torch.Tensor:
+    def decompress(self, tensor: torch.Tensor,
+                   ctx: Union[None, _Pending, _AcrossHosts]) -> torch.Tensor:
         if ctx is None:
             return tensor
+        if isinstance(ctx, _AcrossHosts):
+            return self._decompress_across_hosts(tensor, ctx)
+        return self._receive(tensor, ctx)
+
+    def _receive(self, tensor, ctx):
+        """The reduced tensor of a _Pending: cast back, or the allgathered payloads decoded,
+        summed and scaled by the reduced placeholder `tensor`."""
         planner = self.planner()
         if ctx.handle is None:  # Horovod's own allreduce carried it
             planner.observe(ctx.name, ctx.plan, (), 0.0)
@@ -158,6 +218,56 @@ class DeepReduce(DeepReduceBase, Compressor):
         if ctx.out is not None:
             return ctx.out
         return torch.from_numpy(total).to(device=ctx.device, dtype=ctx.dtype)
+
+    # ---- hierarchical mode ----
+    def _across_hosts(self, process_set):
+        """The job's _Hierarchy when the hierarchical mode applies, else None."""
+        if not self.hierarchical:
+            return None
+        if process_set.process_set_id != 0:
+            raise DeepReduceError("hierarchical=True reduces over the global process set, "
+                                  f"not process set {process_set.process_set_id}")
+        if not _HIERARCHY:  # once per job: the process sets are added on every rank
+            placements = hvd.allgather_object((hvd.rank(), hvd.rank() - hvd.local_rank()),
+                                              name="DeepReduce.hosts")
+            hosts = topology(placements, hvd.rank())
+            _HIERARCHY.append(_Hierarchy(hosts) if hosts.spans_hosts else False)
+        return _HIERARCHY[0] or None
+
+    def _compress_across_hosts(self, tensor, name, key, hierarchy):
+        """Sum inside the host (dense), then the leader sends the host's sum to the other
+        leaders as the planner chooses; the other ranks only wait for the result."""
+        if tensor.numel() < max(self.pipeline.min_size, 1) or not tensor.dtype.is_floating_point:
+            self.pipeline.passed_through(tensor.numel(), tensor.element_size())
+            return tensor, None  # small: Horovod's flat allreduce
+        if name is None:
+            self._warn_unnamed()
+        host_sum = tensor.detach()
+        if hierarchy.local is not None:
+            host_sum = hvd.synchronize(hvd.allreduce_async(
+                host_sum, op=hvd.Sum, name=f"DeepReduce.host.{key}", process_set=hierarchy.local))
+        inner = handle = None
+        if hierarchy.is_leader:
+            plan = self.planner(hierarchy.leaders).plan(key, tensor.numel(), True)
+            sent, inner = self._send(host_sum, name, key, plan, hierarchy.leaders)
+            if inner.handle is None:  # dense between hosts: the leaders sum the host sums
+                handle = hvd.allreduce_async(sent, op=hvd.Sum, name=f"DeepReduce.hosts.{key}",
+                                             process_set=hierarchy.leaders)
+        placeholder = torch.full((1,), 1.0 / hvd.size(), dtype=torch.float32)
+        return placeholder, _AcrossHosts(inner, handle, hierarchy, tensor, key)
+
+    def _decompress_across_hosts(self, tensor, ctx):
+        """The leaders' total, broadcast inside each host, times the reduced placeholder."""
+        hierarchy = ctx.hierarchy
+        if hierarchy.is_leader:
+            reduced = hvd.synchronize(ctx.handle) if ctx.handle is not None else torch.ones(1)
+            total = self._receive(reduced, ctx.inner).to(torch.float32).cpu()
+        else:
+            total = torch.zeros(ctx.shape, dtype=torch.float32)
+        if hierarchy.local is not None:
+            total = hvd.broadcast(total, root_rank=hierarchy.hosts.leader,
+                                  name=f"DeepReduce.share.{ctx.key}", process_set=hierarchy.local)
+        return (total * tensor.item()).to(device=ctx.device, dtype=ctx.dtype)
 
     def _on_device(self, tensor, plan):
         """Whether this tensor is compensated and selected with torch ops on its device."""

@@ -9,11 +9,12 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "workers"
 
 
-def horovodrun(script, *args, np_=2, timeout=300, env=None):
+def horovodrun(script, *args, np_=2, timeout=300, env=None, hosts=None):
     """Run script (a path, or a name in WORKERS) with horovodrun; returns CompletedProcess
-    (stdout and stderr merged)."""
+    (stdout and stderr merged). hosts: horovodrun's -H (default all on localhost); e.g.
+    "localhost:2,127.0.0.1:2" makes Horovod see two hosts of two ranks on this machine."""
     runner = Path(sys.executable).parent / "horovodrun"
-    cmd = [str(runner), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo",
+    cmd = [str(runner), "-np", str(np_), "-H", hosts or f"localhost:{np_}", "--gloo",
            sys.executable, str(WORKERS / script), *map(str, args)]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
                 "TF_CPP_MIN_LOG_LEVEL": "3", "HOROVOD_CYCLE_TIME": "1", **(env or {})}
