@@ -13,7 +13,7 @@ VALUE ?= entropy
 DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
-.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk bench-hotpath bench-scaling bench-fuzz \
+.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk bench-hotpath bench-scaling bench-fuzz bench-hosts \
 	bench-e2e bench-convergence capture clean
 
 setup: .venv/.installed
@@ -79,6 +79,10 @@ bench-fuzz: setup
 # as root: 2-rank jobs in a network namespace shaped to 1 Gbit/s and 100 Mbit/s (QUICK=1: < 5 min)
 bench-e2e: setup
 	$(PY) scripts/bench_e2e.py network $(if $(QUICK),--quick)
+
+# as root: the wide MLP on 2 emulated hosts x 2 ranks, 1 Gbit/s between hosts, flat vs hierarchical
+bench-hosts: setup
+	$(PY) scripts/bench_e2e.py hosts --repeats 2
 
 bench-convergence: setup
 	$(PY) scripts/bench_e2e.py convergence $(if $(QUICK),--quick)

@@ -138,8 +138,8 @@ class DeepReduceBase:
         last reset) and, in the time-aware mode, "tensors": each tensor's choice with the
         predicted and measured costs behind it."""
         out = self.pipeline.stats.as_dict()
-        if self._planner is not None and self.time_aware:
-            out["tensors"] = self._planner.report()
+        if self.time_aware:  # empty before the first step, and on hierarchical non-leaders
+            out["tensors"] = self._planner.report() if self._planner is not None else {}
         return out
 
     def reset_stats(self) -> None:

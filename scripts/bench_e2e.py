@@ -2,10 +2,13 @@
 
     python scripts/bench_e2e.py network [--quick]       (as root: makes a network namespace)
     python scripts/bench_e2e.py convergence [--quick]
+    python scripts/bench_e2e.py hosts                   (as root: 2 emulated hosts x 2 ranks)
 
 network: for each link rate, a namespace whose loopback is shaped by tc (tbf, mtu 1500) runs
 2-rank horovodrun jobs of torch/bench_step.py for every workload and configuration; the
-namespace is removed afterwards, also on failure or Ctrl-C. convergence: every configuration
+namespace is removed afterwards, also on failure or Ctrl-C. hosts: the wide MLP on 2 hosts x 2
+ranks (scripts/two_hosts.py), the link between hosts shaped to 1 Gbit/s, flat and hierarchical
+DeepReduce beside dense and fp16. convergence: every configuration
 trains the digits CNN and the LSTM language model for the same budget. Both write JSON, a
 markdown table and a PNG into docs/.
 """
@@ -45,6 +48,15 @@ WORKLOADS = {"digits CNN": ["--workload", "cnn"], "wide MLP": ["--workload", "ml
 # (threshold 0); the default keeps its own sparsifier (top-k 1%)
 WORKLOAD_FIXED = {"LSTM LM": ["--sparsifier", "threshold"]}
 LINKS = {"1 Gbit/s": "1gbit", "100 Mbit/s": "100mbit"}
+HOST_CONFIGS = {
+    "dense fp32": CONFIGS["dense fp32"],
+    "fp16": CONFIGS["fp16"],
+    "DeepReduce default, flat": CONFIGS["DeepReduce default"],
+    "DeepReduce default, hierarchical": [*CONFIGS["DeepReduce default"], "--hierarchical"],
+    "golomb+fp16, flat": CONFIGS["golomb+fp16"],
+    "golomb+fp16, hierarchical": [*CONFIGS["golomb+fp16"], "--hierarchical"],
+    "compute only": CONFIGS["compute only"],
+}
 
 
 def run(cmd, timeout, netns=False):
@@ -122,6 +134,45 @@ def step_time(workload, config, steps, warmup, repeats, tries=2):
     runs.sort(key=lambda r: r["median_step_s"])
     middle = runs[len(runs) // 2]
     return {**middle, "runs_s": [r["median_step_s"] for r in runs]}
+
+
+def hosts(repeats, rate="1gbit"):
+    """Step times on 2 emulated hosts x 2 ranks (the link between hosts at `rate`)."""
+    if os.geteuid() != 0:
+        sys.exit("bench-e2e hosts needs root (it creates network namespaces)")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import two_hosts
+    results = []
+    try:
+        two_hosts.up(rate)
+        for config, args in HOST_CONFIGS.items():
+            runs = []
+            for _ in range(repeats):
+                with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                    run(["ip", "netns", "exec", two_hosts.HOSTS["hostA"][0], PY,
+                         str(ROOT / "scripts" / "two_hosts.py"), "900", PY,
+                         str(ROOT / "torch" / "bench_step.py"), "--workload", "mlp", *args,
+                         "--steps", "10", "--warmup", "16", "--json", out.name], timeout=1000)
+                    runs.append(json.load(open(out.name)))
+            runs.sort(key=lambda r: r["median_step_s"])
+            result = {"link": f"2 hosts x 2 ranks, {rate} between", "workload": "wide MLP",
+                      "config": config, **runs[len(runs) // 2],
+                      "runs_s": [r["median_step_s"] for r in runs]}
+            results.append(result)
+            print(f"{config:<34} | {result['median_step_s'] * 1e3:8.1f} ms/step | "
+                  f"{result['bytes_per_step'] / 1e6:8.3f} MB/step | "
+                  f"parameters identical: {result['params_identical']}", flush=True)
+    finally:
+        two_hosts.down()
+    results = ratio_rows(results)
+    (DOCS / "e2e_hosts.json").write_text(json.dumps({"results": results}, indent=1))
+    lines = ["| configuration | median step | MB sent/step/rank | vs dense fp32 | vs fp16 | "
+             "parameters identical on 4 ranks |", "|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['config']} | {r['median_step_s'] * 1e3:.0f} ms | {r['bytes_per_step'] / 1e6:.3f} "
+              f"| {r['speedup_vs_dense']:.2f}x | {r['speedup_vs_fp16']:.2f}x | {r['params_identical']} |"
+              for r in results]
+    (DOCS / "e2e_hosts.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def ratio_rows(results):
@@ -227,7 +278,7 @@ def report_convergence(curves, configs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["network", "convergence", "network-report",
+    parser.add_argument("what", choices=["network", "convergence", "hosts", "network-report",
                                          "convergence-report"],
                         help="*-report: redraw the markdown and PNG from the saved JSON")
     parser.add_argument("--quick", action="store_true")
@@ -241,6 +292,8 @@ def main():
         report_convergence(curves, list(curves["digits CNN"]))
     elif args.what == "network":
         network(args.quick, args.repeats)
+    elif args.what == "hosts":
+        hosts(args.repeats)
     else:
         convergence(args.quick)
 

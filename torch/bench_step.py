@@ -3,6 +3,7 @@
     horovodrun -np 2 -H localhost:2 --gloo python torch/bench_step.py --workload mlp \\
         --compression deepreduce --json out.json
     ... --compression none | fp16          Horovod's own allreduce
+    ... --hierarchical                     DeepReduce between hosts only (dense inside)
     ... --compression compute              no communication at all: the floor
     ... --compression powersgd --powersgd-rank 1
                                            PyTorch DDP with the PowerSGD hook (gloo), the peer
@@ -12,13 +13,14 @@ import json
 import os
 import statistics
 import time
+import zlib
 
 import horovod.torch as hvd
 import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from deepreduce_hvd.cli import compression_parser
+from deepreduce_hvd.cli import compression_parser, pipeline_config
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
 from text import WordLSTM, batches, stdlib_corpus
@@ -33,6 +35,8 @@ def parse_args():
     parser.add_argument("--workload", choices=["cnn", "mlp", "lstm"], required=True)
     parser.add_argument("--peer", choices=PEERS, help="measure a peer instead of Horovod")
     parser.add_argument("--powersgd-rank", type=int, default=1)
+    parser.add_argument("--hierarchical", action="store_true",
+                        help="DeepReduce(hierarchical=True): dense inside a host, payloads between")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", required=True)
@@ -89,7 +93,7 @@ def bytes_sent_powersgd(model, rank):
 
 def main():
     args = parse_args()
-    hvd.init()
+    hvd.init(process_sets="dynamic" if args.hierarchical else None)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model, loss_fn = workload(args.workload, torch.Generator().manual_seed(hvd.rank()))
@@ -100,7 +104,8 @@ def main():
         model = powersgd_model(model, args.powersgd_rank)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     elif args.peer is None:
-        compression = make_compression(args)
+        compression = DeepReduce(**pipeline_config(args), hierarchical=True) \
+            if args.hierarchical else make_compression(args)
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              compression=compression)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -122,8 +127,10 @@ def main():
         bytes_per_step = bytes_sent_powersgd(model.module, args.powersgd_rank)
     else:
         bytes_per_step = params * (4 if args.compression == "none" else 2)
+    checksum = zlib.crc32(torch.cat([p.detach().flatten() for p in model.parameters()]).numpy())
     result = {"median_step_s": statistics.median(times[args.warmup:]),
-              "bytes_per_step": bytes_per_step, "dense_bytes_per_step": 4 * params}
+              "bytes_per_step": bytes_per_step, "dense_bytes_per_step": 4 * params,
+              "params_identical": len(set(hvd.allgather_object(checksum))) == 1}
     if isinstance(compression, DeepReduce) and compression.time_aware:
         choices = {}
         for tensor in compression.stats()["tensors"].values():
