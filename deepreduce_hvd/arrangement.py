@@ -11,6 +11,7 @@ import numpy as np
 
 from .bits import expect_stream_end, pack_fixed, read_fixed
 from .errors import DeepReduceError
+from .norms import l2_norm
 
 INDEX_ORDER, PERMUTATION, RANKS = 0, 1, 2
 LAYOUTS = (INDEX_ORDER, PERMUTATION, RANKS)
@@ -49,11 +50,11 @@ def choose(values, order, fitted, mode):
     target = values.astype(np.float64)
     ranks = np.empty(count, dtype=np.int64)
     ranks[order] = np.arange(count)
-    budget = RANK_TOLERANCE * np.linalg.norm(fitted[ranks] - target)
+    budget = RANK_TOLERANCE * l2_norm(fitted[ranks] - target)
 
     def error(bits):
         buckets = ranks >> (width - bits)
-        return np.linalg.norm(fitted[_bucket_centres(buckets, bits, width, count)] - target)
+        return l2_norm(fitted[_bucket_centres(buckets, bits, width, count)] - target)
 
     lo, hi = 1, width  # binary search for the fewest rank bits within budget (width: none)
     while lo < hi:

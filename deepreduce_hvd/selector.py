@@ -12,6 +12,7 @@ import numpy as np
 from . import arrangement, payload, registry
 from .codec_base import IndexEncoding
 from .errors import DeepReduceError
+from .norms import l2_norm
 
 ARRANGEMENTS = ("auto", "permutation")
 LARGE = 1 << 20  # fitting codecs (sorting, rank search) are candidates only below this count
@@ -92,8 +93,8 @@ class FixedPair:
 def relative_error(got, want):
     want = want.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        error = np.linalg.norm(np.nan_to_num(got.astype(np.float64) - want))
-    return error / max(np.linalg.norm(np.nan_to_num(want)), 1e-300)
+        error = l2_norm(np.nan_to_num(got.astype(np.float64) - want))
+    return error / max(l2_norm(np.nan_to_num(want)), 1e-300)
 
 
 class SmallestPayload:

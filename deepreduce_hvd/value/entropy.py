@@ -11,6 +11,7 @@ from .. import huffman, native
 from ..bits import expect_stream_end, pack_fields, read_fixed
 from ..codec_base import ValueCodec, ValueEncoding
 from ..errors import DeepReduceError
+from ..norms import l2_norm
 from ..registry import register
 from ..wire import ByteReader, ByteWriter
 from .checks import finite_float32, finite_output
@@ -52,12 +53,12 @@ class EntropyValue(ValueCodec):
     def choose_levels(self, magnitude, lo, hi):
         if self.levels is not None:
             return self.levels
-        norm = np.linalg.norm(magnitude)
+        norm = l2_norm(magnitude)
         lo_bits, hi_bits = 2, 12  # binary search for the fewest levels (2**bits) within bound
         while lo_bits < hi_bits:
             mid = (lo_bits + hi_bits) // 2
             q = quantise(magnitude, lo, hi, 1 << mid)
-            error = np.linalg.norm(lo + q * step_size(lo, hi, 1 << mid) - magnitude)
+            error = l2_norm(lo + q * step_size(lo, hi, 1 << mid) - magnitude)
             lo_bits, hi_bits = (lo_bits, mid) if error <= self.max_error * norm else (mid + 1, hi_bits)
         return 1 << lo_bits
 
