@@ -61,7 +61,10 @@ def main():
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
     args = parser.parse_args()
-    results = {}
+    saved = DOCS / "accuracy_ranks.json"  # runs of other frameworks, ranks or configs are kept
+    previous = json.loads(saved.read_text()) if saved.exists() else {}
+    same = (previous.get("epochs"), previous.get("batch_size")) == (args.epochs, args.batch_size)
+    results = previous.get("results", {}) if same else {}
     for framework in args.frameworks:
         for ranks in args.ranks:
             for config in args.configs:
@@ -70,7 +73,7 @@ def main():
                 results.setdefault(framework, {}).setdefault(str(ranks), {})[config] = accuracies
                 print(f"{framework} {ranks} ranks {config}: {accuracies}", flush=True)
     DOCS.mkdir(exist_ok=True)
-    (DOCS / "accuracy_ranks.json").write_text(json.dumps(
+    saved.write_text(json.dumps(
         {"epochs": args.epochs, "batch_size": args.batch_size, "results": results}, indent=1))
     table = report(results)
     (DOCS / "accuracy_ranks.md").write_text(table)

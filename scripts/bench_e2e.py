@@ -3,6 +3,7 @@
     python scripts/bench_e2e.py network [--quick]       (as root: makes a network namespace)
     python scripts/bench_e2e.py convergence [--quick]
     python scripts/bench_e2e.py hosts                   (as root: 2 emulated hosts x 2 ranks)
+    python scripts/bench_e2e.py synthetic               (Horovod's ResNet-50 synthetic benchmark)
 
 network: for each link rate, a namespace whose loopback is shaped by tc (tbf, mtu 1500) runs
 2-rank horovodrun jobs of torch/bench_step.py for every workload and configuration; the
@@ -175,6 +176,31 @@ def hosts(repeats, rate="1gbit"):
     print("\n".join(lines))
 
 
+def synthetic(repeats):
+    """torch/synthetic_benchmark.py (ResNet-50, random images, 2 ranks, unthrottled
+    loopback) with Horovod's dense fp32 and fp16 and the default DeepReduce()."""
+    rows = []
+    for config in ("dense fp32", "fp16", "DeepReduce default"):
+        runs = []
+        for _ in range(repeats):
+            with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                horovod("synthetic_benchmark.py", [*CONFIGS[config], "--json", out.name],
+                        timeout=1800)
+                runs.append(json.load(open(out.name)))
+        runs.sort(key=lambda r: r["img_per_s_total"])
+        rows.append({"config": config, **runs[len(runs) // 2],
+                     "runs": [r["img_per_s_total"] for r in runs]})
+        print(f"{config}: {rows[-1]['img_per_s_total']:.2f} img/s", flush=True)
+    dense = rows[0]["img_per_s_total"]
+    (DOCS / "synthetic.json").write_text(json.dumps(rows, indent=1))
+    lines = ["| configuration | img/s (2 ranks) | vs dense fp32 | runs | choices |",
+             "|---|---:|---:|---|---|"]
+    lines += [f"| {r['config']} | {r['img_per_s_total']:.2f} | {r['img_per_s_total'] / dense:.0%} | "
+              f"{', '.join(f'{x:.2f}' for x in r['runs'])} | {r.get('choices', '')} |" for r in rows]
+    (DOCS / "synthetic.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def ratio_rows(results):
     """Each result with its speed-up over dense fp32 and fp16, and the compute-only floor."""
     base = {(r["link"], r["workload"], r["config"]): r for r in results}
@@ -278,7 +304,8 @@ def report_convergence(curves, configs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["network", "convergence", "hosts", "network-report",
+    parser.add_argument("what", choices=["network", "convergence", "hosts", "synthetic",
+                                         "network-report",
                                          "convergence-report"],
                         help="*-report: redraw the markdown and PNG from the saved JSON")
     parser.add_argument("--quick", action="store_true")
@@ -294,6 +321,8 @@ def main():
         network(args.quick, args.repeats)
     elif args.what == "hosts":
         hosts(args.repeats)
+    elif args.what == "synthetic":
+        synthetic(args.repeats)
     else:
         convergence(args.quick)
 

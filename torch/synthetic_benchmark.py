@@ -1,0 +1,108 @@
+"""Horovod's synthetic benchmark, in the shape of its examples/pytorch/pytorch_synthetic_benchmark.py:
+ResNet-50 (torchvision's architecture, 25.6M parameters, written out here since torchvision
+is not a dependency) on random 224x224 images, images per second per rank.
+
+    horovodrun -np 2 -H localhost:2 --gloo python torch/synthetic_benchmark.py \\
+        --compression deepreduce          (the default DeepReduce(); none / fp16: Horovod's own)
+
+The first --warmup steps are not timed; they cover the time-aware planner's calibration and
+exploration. Rank 0 prints img/s (mean and spread over --iters timed iterations).
+"""
+import json
+import time
+
+import horovod.torch as hvd
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from deepreduce_hvd.cli import compression_parser
+from train_digits import make_compression
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = 4 * width
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.downsample = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                            nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        return F.relu(self.bn3(self.conv3(out)) + self.downsample(x))
+
+
+class ResNet50(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = 4 * width
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.layers(self.stem(x)), 1), 1))
+
+
+def main():
+    parser = compression_parser(__doc__)
+    parser.add_argument("--batch-size", type=int, default=8, help="per rank")
+    parser.add_argument("--warmup", type=int, default=16, help="untimed steps")
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--batches-per-iter", type=int, default=2)
+    parser.add_argument("--json", help="rank 0 writes the result here")
+    args = parser.parse_args()
+    hvd.init()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = ResNet50()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
+    compression = make_compression(args)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    data = torch.randn(args.batch_size, 3, 224, 224)
+    target = torch.randint(0, 1000, (args.batch_size,))
+
+    def step():
+        optimizer.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        step()
+    rates = []
+    for _ in range(args.iters):
+        start = time.perf_counter()
+        for _ in range(args.batches_per_iter):
+            step()
+        rates.append(args.batch_size * args.batches_per_iter / (time.perf_counter() - start))
+    rates = hvd.allgather_object(float(np.mean(rates)))
+    if hvd.rank() == 0:
+        result = {"compression": args.compression, "img_per_s_per_rank": float(np.mean(rates)),
+                  "img_per_s_total": float(np.sum(rates)), "ranks": hvd.size(),
+                  "parameters": sum(p.numel() for p in model.parameters())}
+        if hasattr(compression, "stats"):
+            choices = [t["choice"] for t in compression.stats().get("tensors", {}).values()]
+            result["choices"] = {c: choices.count(c) for c in sorted(set(choices))}
+        print(json.dumps(result), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
