@@ -65,9 +65,12 @@ class DeepReduce(DeepReduceBase, Compressor):
         threshold; random-k, "none" and shapes unknown until run time use the host); False.
     """
 
-    def __init__(self, device_path: Union[str, bool] = "auto", **config: Any) -> None:
+    def __init__(self, device_path: Union[str, bool] = "auto", hierarchical: bool = False,
+                 **config: Any) -> None:
         if device_path not in ("auto", True, False):
             raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
+        if hierarchical is not False:
+            raise DeepReduceError("hierarchical mode is implemented in deepreduce_hvd.torch only")
         super().__init__(**config)
         self.device_path = device_path
         self._device = DevicePath(self.pipeline)

@@ -47,7 +47,9 @@ class DeepReduceBase:
                  index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
                  memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
                  objective: str = "time", bandwidth: Union[None, float, str] = None,
-                 process_set: Any = None, warmup_steps: int = 0) -> None:
+                 process_set: Any = None, warmup_steps: int = 0, **unknown: Any) -> None:
+        if unknown:
+            raise DeepReduceError(f"DeepReduce got unknown options {sorted(unknown)}")
         if objective not in OBJECTIVES:
             raise DeepReduceError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
         self.pipeline = Pipeline(sparsifier=sparsifier, ratio=ratio, threshold=threshold,

@@ -42,3 +42,12 @@ def test_py_typed_ships_with_the_package():
     assert (Path(dr.__file__).parent / "py.typed").is_file()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in config["tool"]["setuptools"]["package-data"]["deepreduce_hvd"]
+
+
+def test_bad_wrapper_options_raise_deepreduce_error():
+    import pytest
+    from deepreduce_hvd.wrapper import DeepReduceBase
+    for bad in (dict(hierarchy=True), dict(objective="speed"), dict(ratio=0), dict(warmup_steps=-1),
+                dict(bandwidth="fast"), dict(index="nope")):
+        with pytest.raises(dr.DeepReduceError):
+            DeepReduceBase(**bad)
