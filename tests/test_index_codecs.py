@@ -143,3 +143,22 @@ def test_planned_sizes_are_exact(data, extra):
     r, nbytes = rice_parameter(gaps)
     assert nbytes == len(encode_rice(gaps, r))
     assert all(nbytes <= len(encode_rice(gaps, other)) for other in range(0, 20))
+
+
+@pytest.mark.parametrize("shape", [(64, 50), (50, 64), (300, 7)])
+@pytest.mark.parametrize("transpose", [0, 1])
+def test_matrix_plan_size_is_exact(shape, transpose, rng):
+    """The matrix model is chosen by its planned size: it must equal the body written, and the
+    body must decode to the positions in the plan's order."""
+    from deepreduce_hvd.index import matrix
+    size = shape[0] * shape[1]
+    # rows that mostly select the same columns, as a weight gradient's top-k does
+    columns = rng.choice(shape[1], size=max(2, shape[1] // 4), replace=False)
+    rows = rng.choice(shape[0], size=max(2, shape[0] // 3), replace=False)
+    indices = np.unique(np.concatenate([(rows[:, None] * shape[1] + columns[None, :]).ravel(),
+                                        rng.choice(size, 20, replace=False)]))
+    plan = matrix.MatrixPlan(indices, *shape, transpose)
+    body = plan.body()
+    assert plan.nbytes == len(body)
+    np.testing.assert_array_equal(matrix.decode(body, indices.size, *shape, transpose),
+                                  indices[plan.order])

@@ -25,8 +25,8 @@ class EntropyIndex(IndexCodec):
     wire_id = 10
 
     def encode(self, indices, size, dense=None, seed=None, shape=None):
-        """The gap coders' sizes follow from their code lengths, so only the winner of those is
-        written out; the matrix candidates are encoded for real."""
+        """Every candidate's size follows from its code lengths before anything is packed, so
+        only the winner is written out."""
         gaps = to_gaps(indices)
         r, rice_bytes = rice_parameter(gaps)
         stats = GapStats(gaps)
@@ -37,10 +37,12 @@ class EntropyIndex(IndexCodec):
             best = IndexEncoding(bytes([_RICE]) + encode_rice(gaps, r), indices)
         dims = matrix.grid(shape, size)
         if dims and indices.size >= matrix.MIN_COUNT:
-            for transpose in (0, 1):
-                body, order = matrix.encode(indices, *dims, transpose)
-                if len(body) + 2 < len(best.body):
-                    best = IndexEncoding(bytes([_MATRIX, transpose]) + body, indices[order], order)
+            plans = [matrix.MatrixPlan(indices, *dims, transpose) for transpose in (0, 1)]
+            transpose = min((0, 1), key=lambda t: plans[t].nbytes)
+            plan = plans[transpose]
+            if plan.nbytes + 2 < len(best.body):
+                best = IndexEncoding(bytes([_MATRIX, transpose]) + plan.body(),
+                                     indices[plan.order], plan.order)
         return best
 
     def max_count(self, body, size):

@@ -76,12 +76,6 @@ class GapStats:
                                   np.concatenate((lengths[symbols], width)))
 
 
-def encode_smallest(gaps):
-    """The smallest Huffman gap body for these gaps."""
-    stats = GapStats(gaps)
-    return stats.encode(stats.smallest()[1])
-
-
 def decode_gaps(body, count):
     """Inverse of GapStats.encode (the whole of body) -> uint64 gaps."""
     reader = ByteReader(body, "huffman gaps")

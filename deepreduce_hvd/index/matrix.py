@@ -18,7 +18,7 @@ from ..bits import bit_length, expect_stream_end, pack_fixed, read_fixed
 from ..errors import DeepReduceError
 from ..wire import ByteReader, ByteWriter
 from .gaps import from_gaps, to_gaps
-from .huffman import decode_gaps, encode_smallest
+from .huffman import GapStats, decode_gaps
 
 MIN_COUNT = 64  # below this a table-free code wins anyway
 
@@ -41,30 +41,49 @@ def coding_order(line, rank, lines_total, ranks_total):
     return first[np.argsort(key(line[first], lines_total), kind="stable")]
 
 
-def encode(indices, rows, cols, transpose):
-    """Sorted flat positions of a rows x cols tensor -> (body bytes, coding order): the
-    decoder returns the positions as indices[order]."""
-    line, other = np.divmod(indices, cols)
-    lines_total, others_total = rows, cols
-    if transpose:
-        line, other, lines_total, others_total = other, line, cols, rows
-    per_other = np.bincount(other, minlength=others_total)
-    ranked = np.argsort(-per_other, kind="stable")[:np.count_nonzero(per_other)]
-    rank_of = np.empty(others_total, dtype=np.int64)
-    rank_of[ranked] = np.arange(ranked.size)
-    rank = rank_of[other]
-    order = coding_order(line, rank, lines_total, ranked.size)
-    line, rank = line[order], rank[order]
-    starts = np.flatnonzero(np.concatenate(([True], line[1:] != line[:-1])))
-    lines, counts = line[starts], np.diff(np.append(starts, line.size))
-    previous = np.concatenate(([-1], rank[:-1]))
-    previous[starts] = -1
-    width = int(bit_length(others_total - 1))
-    out = ByteWriter().varint(lines.size).varint(ranked.size)
-    out.section(encode_smallest(to_gaps(lines)))
-    out.section(encode_smallest((counts - 1).astype(np.uint64)))
-    out.section(pack_fixed(ranked, width))
-    return out.raw(encode_smallest((rank - previous - 1).astype(np.uint64))).getvalue(), order
+def _varint_size(value):
+    return max(1, (int(value).bit_length() + 6) // 7)
+
+
+class MatrixPlan:
+    """One orientation's coding of sorted flat positions of a rows x cols tensor, sized
+    exactly (`nbytes`, from the gap streams' histograms) before anything is packed, so that
+    only the orientation that wins is written (`body()`). `order`: the decoder returns the
+    positions as indices[order]."""
+
+    def __init__(self, indices, rows, cols, transpose):
+        line, other = np.divmod(indices, cols)
+        lines_total, others_total = rows, cols
+        if transpose:
+            line, other, lines_total, others_total = other, line, cols, rows
+        per_other = np.bincount(other, minlength=others_total)
+        ranked = np.argsort(-per_other, kind="stable")[:np.count_nonzero(per_other)]
+        rank_of = np.empty(others_total, dtype=np.int64)
+        rank_of[ranked] = np.arange(ranked.size)
+        rank = rank_of[other]
+        order = coding_order(line, rank, lines_total, ranked.size)
+        line, rank = line[order], rank[order]
+        starts = np.flatnonzero(np.concatenate(([True], line[1:] != line[:-1])))
+        lines, counts = line[starts], np.diff(np.append(starts, line.size))
+        previous = np.concatenate(([-1], rank[:-1]))
+        previous[starts] = -1
+        self.order, self.ranked = order, ranked
+        self.width = int(bit_length(others_total - 1))
+        self.streams = [GapStats(to_gaps(lines)), GapStats((counts - 1).astype(np.uint64)),
+                        GapStats((rank - previous - 1).astype(np.uint64))]
+        self.plans = [stream.smallest() for stream in self.streams]  # (nbytes, extra bits)
+        ranked_bytes = (ranked.size * self.width + 7) // 8
+        sections = [size for size, _ in self.plans[:2]] + [ranked_bytes]
+        self.nbytes = (_varint_size(lines.size) + _varint_size(ranked.size)
+                       + sum(_varint_size(n) + n for n in sections) + self.plans[2][0])
+
+    def body(self):
+        (lines, counts, steps), extras = self.streams, [extra for _, extra in self.plans]
+        out = ByteWriter().varint(lines.gaps.size).varint(self.ranked.size)
+        out.section(lines.encode(extras[0]))
+        out.section(counts.encode(extras[1]))
+        out.section(pack_fixed(self.ranked, self.width))
+        return out.raw(steps.encode(extras[2])).getvalue()
 
 
 def decode(body, count, rows, cols, transpose):
