@@ -173,9 +173,13 @@ class _TensorState:
 class TimePlanner:
     """Least predicted time per tensor among dense allreduce (fp32, fp16) and sparse candidates.
 
-    links: {"allreduce": LinkModel, "allgather": LinkModel}; ranks: how many ranks exchange payloads; priors: {label: Costs} from
+    links: {"allreduce": LinkModel, "allgather": LinkModel, and optionally "allreduce_fp16"
+    (Horovod's fp16 allreduce measured on its own: on a CPU, summing halves can cost more than
+    the bytes it saves)}; ranks: how many ranks exchange payloads; priors: {label: Costs} from
     calibrate_cpu (agreed across ranks); candidates: the sparse (index, value) pairs;
-    allow_fp16: whether dense tensors travel as fp16 (value codecs may be lossy) or fp32.
+    allow_fp16: whether dense tensors may travel as fp16 (value codecs may be lossy). Every
+    dense tensor of a job uses one dtype: fp16 when allowed and predicted faster on a large
+    tensor, else fp32.
     """
 
     def __init__(self, pipeline, links, ranks, priors, candidates, allow_fp16=True,
@@ -186,13 +190,17 @@ class TimePlanner:
         self.allow_fp16, self.warm_steps = allow_fp16, warm_steps
         self.explore_steps, self.revisit = explore_steps, revisit
         self._tensors = {}
+        large = 1 << 22
+        self.dense = ALLREDUCE if not allow_fp16 else min(
+            (ALLREDUCE_FP16, ALLREDUCE), key=lambda label: self._predict(label, large, 0, {}))
 
     def _predict(self, label, n, k, measured):
         """Predicted seconds for one option on a tensor of n elements with k selected."""
         prior = self.priors[label]
         if label in (ALLREDUCE, ALLREDUCE_FP16):  # fused with the others: bytes, no latency
             cpu = prior.encode_fixed + prior.encode_per_element * n
-            link = self.links["allreduce"]
+            link = self.links.get("allreduce_fp16" if label == ALLREDUCE_FP16 else "allreduce",
+                                  self.links["allreduce"])
             return cpu + link.allreduce(n * prior.bits_per_selected / 8, self.ranks) - link.latency
         seen = measured.get(label, {})
         nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
@@ -203,7 +211,7 @@ class TimePlanner:
         return encode + self.links["allgather"].allgather(nbytes, self.ranks) + decode
 
     def _options(self, size, kinds=None):
-        dense = [ALLREDUCE_FP16 if self.allow_fp16 else ALLREDUCE]
+        dense = [self.dense]
         if size < max(self.pipeline.min_size, 1) and kinds != (ALLGATHER,):
             return dense
         return dense + list(self.candidates)

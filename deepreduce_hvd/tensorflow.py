@@ -197,8 +197,8 @@ class DeepReduce(DeepReduceBase, Compressor):
                                process_set=process_set or hvd.global_process_set)
         return float(tf.reduce_max(values).numpy())
 
-    def _time_allreduce(self, elements, process_set, name):
-        tensor = tf.zeros([elements], tf.float32)
+    def _time_allreduce(self, elements, process_set, name, half=False):
+        tensor = tf.zeros([elements], tf.float16 if half else tf.float32)
         start = time.perf_counter()
         hvd.allreduce(tensor, name=f"DeepReduce.calibrate.{name}",
                       process_set=process_set or hvd.global_process_set).numpy()

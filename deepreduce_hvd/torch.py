@@ -307,8 +307,8 @@ class DeepReduce(DeepReduceBase, Compressor):
         ranks = (process_set or hvd.global_process_set).ranks
         return min(ranks) if ranks else 0
 
-    def _time_allreduce(self, elements, process_set, name):
-        tensor = torch.zeros(elements, dtype=torch.float32)
+    def _time_allreduce(self, elements, process_set, name, half=False):
+        tensor = torch.zeros(elements, dtype=torch.float16 if half else torch.float32)
         start = time.perf_counter()
         hvd.allreduce(tensor, name=f"DeepReduce.calibrate.{name}",
                       process_set=process_set or hvd.global_process_set)

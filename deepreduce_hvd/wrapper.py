@@ -111,6 +111,8 @@ class DeepReduceBase:
         links = {}
         for kind, timer, moved in (
                 ("allreduce", self._time_allreduce, lambda n: 2 * (size - 1) / size * 4 * n),
+                ("allreduce_fp16", lambda n, s, name: self._time_allreduce(n, s, name, half=True),
+                 lambda n: 2 * (size - 1) / size * 2 * n),
                 ("allgather", self._time_allgather, lambda n: (size - 1) * 4 * n)):
             def median_time(n):
                 return sorted(timer(n, process_set, f"{kind}.{n}.{i}") for i in range(repeats))[repeats // 2]
@@ -158,7 +160,8 @@ class DeepReduceBase:
         """The largest of every rank's value (a float), identical on every rank."""
         raise NotImplementedError
 
-    def _time_allreduce(self, elements, process_set, name):
+    def _time_allreduce(self, elements, process_set, name, half=False):
+        """Seconds for Horovod's allreduce of `elements` zeros (float16 if half, else float32)."""
         raise NotImplementedError
 
     def _time_allgather(self, elements, process_set, name):
