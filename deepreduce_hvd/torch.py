@@ -78,12 +78,16 @@ class _Pending:
 
 
 class _AcrossHosts:
-    """What decompress needs in the hierarchical mode: the leader's pending exchange between
-    hosts (`inner`, as in the flat mode, or a dense allreduce `handle`), and the host."""
-    __slots__ = ("inner", "handle", "hierarchy", "shape", "dtype", "device", "key")
+    """One tensor of the hierarchical mode through its stages: the host's dense sum (`local`,
+    a handle started in compress), the leader's exchange between hosts (`inner`, a _Pending
+    as in the flat mode, or `handle`, a dense allreduce of the host sums), and the total
+    every rank of the host ends with."""
+    __slots__ = ("tensor", "name", "key", "local", "inner", "handle", "total", "shape", "dtype",
+                 "device")
 
-    def __init__(self, inner, handle, hierarchy, tensor, key):
-        self.inner, self.handle, self.hierarchy, self.key = inner, handle, hierarchy, key
+    def __init__(self, tensor, name, key, local):
+        self.tensor, self.name, self.key, self.local = tensor, name, key, local
+        self.inner = self.handle = self.total = None
         self.shape, self.dtype, self.device = tuple(tensor.shape), tensor.dtype, tensor.device
 
 
@@ -132,6 +136,7 @@ class DeepReduce(DeepReduceBase, Compressor):
             raise DeepReduceError(f"hierarchical must be True or False, not {hierarchical!r}")
         super().__init__(**config)
         self.device_path, self.hierarchical = device_path, hierarchical
+        self._in_flight = []  # hierarchical mode: tensors compressed and not yet exchanged
         self._device = DevicePath(self.pipeline)
 
     def name_parameters(self, named_parameters: Iterable[Tuple[str, torch.nn.Parameter]]) -> "DeepReduce":
@@ -235,39 +240,50 @@ class DeepReduce(DeepReduceBase, Compressor):
         return _HIERARCHY[0] or None
 
     def _compress_across_hosts(self, tensor, name, key, hierarchy):
-        """Sum inside the host (dense), then the leader sends the host's sum to the other
-        leaders as the planner chooses; the other ranks only wait for the result."""
+        """Start the host's dense sum; the rest waits for decompress, where every tensor in
+        flight is exchanged at once (a wait per tensor would cost a Horovod cycle each)."""
         if tensor.numel() < max(self.pipeline.min_size, 1) or not tensor.dtype.is_floating_point:
             self.pipeline.passed_through(tensor.numel(), tensor.element_size())
             return tensor, None  # small: Horovod's flat allreduce
         if name is None:
             self._warn_unnamed()
-        host_sum = tensor.detach()
-        if hierarchy.local is not None:
-            host_sum = hvd.synchronize(hvd.allreduce_async(
-                host_sum, op=hvd.Sum, name=f"DeepReduce.host.{key}", process_set=hierarchy.local))
-        inner = handle = None
-        if hierarchy.is_leader:
-            plan = self.planner(hierarchy.leaders).plan(key, tensor.numel(), True)
-            sent, inner = self._send(host_sum, name, key, plan, hierarchy.leaders)
-            if inner.handle is None:  # dense between hosts: the leaders sum the host sums
-                handle = hvd.allreduce_async(sent, op=hvd.Sum, name=f"DeepReduce.hosts.{key}",
-                                             process_set=hierarchy.leaders)
-        placeholder = torch.full((1,), 1.0 / hvd.size(), dtype=torch.float32)
-        return placeholder, _AcrossHosts(inner, handle, hierarchy, tensor, key)
+        local = None if hierarchy.local is None else hvd.allreduce_async(
+            tensor.detach(), op=hvd.Sum, name=f"DeepReduce.host.{key}", process_set=hierarchy.local)
+        ctx = _AcrossHosts(tensor.detach(), name, key, local)
+        self._in_flight.append(ctx)
+        return torch.full((1,), 1.0 / hvd.size(), dtype=torch.float32), ctx
 
     def _decompress_across_hosts(self, tensor, ctx):
-        """The leaders' total, broadcast inside each host, times the reduced placeholder."""
-        hierarchy = ctx.hierarchy
+        """The total of every rank's gradient, times the reduced placeholder."""
+        if ctx.total is None:
+            self._exchange_across_hosts(_HIERARCHY[0])
+        return (ctx.total * tensor.item()).to(device=ctx.device, dtype=ctx.dtype)
+
+    def _exchange_across_hosts(self, hierarchy):
+        """Every tensor in flight, stage by stage: the hosts' sums; the leaders encode them
+        and exchange (sparse payloads or dense, as the planner chooses) and decode; then each
+        leader broadcasts the totals to its host."""
+        batch, self._in_flight = self._in_flight, []
+        sums = [hvd.synchronize(c.local) if c.local is not None else c.tensor for c in batch]
         if hierarchy.is_leader:
-            reduced = hvd.synchronize(ctx.handle) if ctx.handle is not None else torch.ones(1)
-            total = self._receive(reduced, ctx.inner).to(torch.float32).cpu()
+            for c, host_sum in zip(batch, sums):
+                plan = self.planner(hierarchy.leaders).plan(c.key, host_sum.numel(), True)
+                sent, c.inner = self._send(host_sum, c.name, c.key, plan, hierarchy.leaders)
+                if c.inner.handle is None:  # dense between hosts: the leaders sum the host sums
+                    c.handle = hvd.allreduce_async(sent, op=hvd.Sum, name=f"DeepReduce.hosts.{c.key}",
+                                                   process_set=hierarchy.leaders)
+            for c in batch:
+                reduced = hvd.synchronize(c.handle) if c.handle is not None else torch.ones(1)
+                c.total = self._receive(reduced, c.inner).to(torch.float32).cpu()
         else:
-            total = torch.zeros(ctx.shape, dtype=torch.float32)
+            for c in batch:
+                c.total = torch.zeros(c.shape, dtype=torch.float32)
         if hierarchy.local is not None:
-            total = hvd.broadcast(total, root_rank=hierarchy.hosts.leader,
-                                  name=f"DeepReduce.share.{ctx.key}", process_set=hierarchy.local)
-        return (total * tensor.item()).to(device=ctx.device, dtype=ctx.dtype)
+            shares = [hvd.broadcast_async(c.total, root_rank=hierarchy.hosts.leader,
+                                          name=f"DeepReduce.share.{c.key}",
+                                          process_set=hierarchy.local) for c in batch]
+            for c, share in zip(batch, shares):
+                c.total = hvd.synchronize(share)
 
     def _on_device(self, tensor, plan):
         """Whether this tensor is compensated and selected with torch ops on its device."""
