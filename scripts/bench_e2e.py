@@ -60,6 +60,15 @@ HOST_CONFIGS = {
 }
 
 
+def write_table(stem, header, align, rows):
+    """docs/<stem>.md: a markdown table (align: one of "l"/"r" per column); printed too."""
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    (DOCS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def run(cmd, timeout, netns=False):
     if netns:
         cmd = ["ip", "netns", "exec", NAMESPACE, *cmd]
@@ -167,14 +176,12 @@ def hosts(repeats, rate="1gbit"):
         two_hosts.down()
     results = ratio_rows(results)
     (DOCS / "e2e_hosts.json").write_text(json.dumps({"results": results}, indent=1))
-    lines = ["| configuration | median step | MB sent/step/rank | vs dense fp32 | vs fp16 | "
-             "parameters identical on 4 ranks |", "|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['config']} | {r['median_step_s'] * 1e3:.0f} ms | {r['bytes_per_step'] / 1e6:.3f} "
-              f"| {r['speedup_vs_dense']:.2f}x | {r['speedup_vs_fp16']:.2f}x | "
-              f"{'– (no communication)' if r['config'] == 'compute only' else r['params_identical']} |"
-              for r in results]
-    (DOCS / "e2e_hosts.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_table("e2e_hosts", ["configuration", "median step", "MB sent/step/rank", "vs dense fp32",
+                              "vs fp16", "parameters identical on 4 ranks"], "lrrrrl",
+                [[r["config"], f"{r['median_step_s'] * 1e3:.0f} ms", f"{r['bytes_per_step'] / 1e6:.3f}",
+                  f"{r['speedup_vs_dense']:.2f}x", f"{r['speedup_vs_fp16']:.2f}x",
+                  "– (no communication)" if r["config"] == "compute only" else r["params_identical"]]
+                 for r in results])
 
 
 def synthetic(repeats):
@@ -194,12 +201,9 @@ def synthetic(repeats):
         print(f"{config}: {rows[-1]['img_per_s_total']:.2f} img/s", flush=True)
     dense = rows[0]["img_per_s_total"]
     (DOCS / "synthetic.json").write_text(json.dumps(rows, indent=1))
-    lines = ["| configuration | img/s (2 ranks) | vs dense fp32 | runs | choices |",
-             "|---|---:|---:|---|---|"]
-    lines += [f"| {r['config']} | {r['img_per_s_total']:.2f} | {r['img_per_s_total'] / dense:.0%} | "
-              f"{', '.join(f'{x:.2f}' for x in r['runs'])} | {r.get('choices', '')} |" for r in rows]
-    (DOCS / "synthetic.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_table("synthetic", ["configuration", "img/s (2 ranks)", "vs dense fp32", "runs", "choices"],
+                "lrrll", [[r["config"], f"{r['img_per_s_total']:.2f}", f"{r['img_per_s_total'] / dense:.0%}",
+                           ", ".join(f"{x:.2f}" for x in r["runs"]), r.get("choices", "")] for r in rows])
 
 
 def ratio_rows(results):
@@ -221,14 +225,11 @@ def report_network(results, quick):
     (DOCS / "e2e.json").write_text(json.dumps({"quick": quick, "results": results}, indent=1))
     fmt = lambda x: "–" if x is None else f"{x:.2f}x"  # noqa: E731
     ms = lambda x: "–" if x is None else f"{x * 1e3:.0f} ms"  # noqa: E731
-    lines = ["| link | workload | configuration | median step | MB sent/step/rank | vs dense fp32 "
-             "| vs fp16 | compute-only floor |", "|---|---|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['link']} | {r['workload']} | {r['config']} | {r['median_step_s'] * 1e3:.0f} ms "
-              f"| {r['bytes_per_step'] / 1e6:.3f} | {fmt(r['speedup_vs_dense'])} | "
-              f"{fmt(r['speedup_vs_fp16'])} | {ms(r['floor_s'])} |"
-              for r in results]
-    (DOCS / "e2e.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_table("e2e", ["link", "workload", "configuration", "median step", "MB sent/step/rank",
+                        "vs dense fp32", "vs fp16", "compute-only floor"], "lllrrrrr",
+                [[r["link"], r["workload"], r["config"], f"{r['median_step_s'] * 1e3:.0f} ms",
+                  f"{r['bytes_per_step'] / 1e6:.3f}", fmt(r["speedup_vs_dense"]),
+                  fmt(r["speedup_vs_fp16"]), ms(r["floor_s"])] for r in results])
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -271,20 +272,18 @@ def convergence(quick):
 
 
 def report_convergence(curves, configs):
-    lines = ["| configuration | digits test accuracy | vs dense | LSTM val. perplexity | vs dense |"
-             " MB sent (digits) |", "|---|---:|---:|---:|---:|---:|"]
     cnn, lm = curves["digits CNN"], curves["LSTM LM"]
+    rows = []
     for config in configs:
         acc = cnn[config][-1]["test_accuracy"]
         d_acc = acc - cnn["dense fp32"][-1]["test_accuracy"]
         ppl = lm[config][-1]["val_perplexity"] if config in lm else None
         d_ppl = ppl / lm["dense fp32"][-1]["val_perplexity"] - 1 if ppl else None
-        lines.append(f"| {config} | {acc:.4f} | {d_acc:+.4f} | "
-                     f"{'–' if ppl is None else f'{ppl:.1f}'} | "
-                     f"{'–' if d_ppl is None else f'{100 * d_ppl:+.1f}%'} | "
-                     f"{cnn[config][-1]['mb_sent']:.1f} |")
-    (DOCS / "convergence.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        rows.append([config, f"{acc:.4f}", f"{d_acc:+.4f}", "–" if ppl is None else f"{ppl:.1f}",
+                     "–" if d_ppl is None else f"{100 * d_ppl:+.1f}%",
+                     f"{cnn[config][-1]['mb_sent']:.1f}"])
+    write_table("convergence", ["configuration", "digits test accuracy", "vs dense",
+                                "LSTM val. perplexity", "vs dense", "MB sent (digits)"], "lrrrrr", rows)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
