@@ -13,7 +13,7 @@ VALUE ?= entropy
 DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
-.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk bench-hotpath bench-scaling bench-fuzz bench-hosts bench-synthetic \
+.PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk bench-hotpath bench-scaling bench-fuzz bench-hosts bench-synthetic bench-device \
 	bench-e2e bench-convergence capture clean
 
 setup: .venv/.installed
@@ -83,6 +83,10 @@ bench-e2e: setup
 # as root: the wide MLP on 2 emulated hosts x 2 ranks, 1 Gbit/s between hosts, flat vs hierarchical
 bench-hosts: setup
 	$(PY) scripts/bench_e2e.py hosts --repeats 2
+
+# compress time of ResNet-50-sized gradients: device path vs host path (CPU, and CUDA if present)
+bench-device: setup
+	PYTHONPATH=. $(PY) torch/bench_device_path.py --json docs/device_path.json
 
 # Horovod's synthetic benchmark shape: ResNet-50 on random images, 2 ranks, dense / fp16 / default
 bench-synthetic: setup
