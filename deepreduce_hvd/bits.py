@@ -134,12 +134,17 @@ def bit_length(values):
     return out
 
 
+def varint_sizes(values):
+    """Bytes of the LEB128 encoding of each non-negative integer."""
+    return np.maximum(1, (bit_length(np.asarray(values, dtype=np.uint64)) + 6) // 7)
+
+
 def varint_bytes(values):
     """LEB128 encoding of an array of non-negative integers -> bytes."""
     values = np.asarray(values, dtype=np.uint64)
     if values.size == 0:
         return b""
-    nbytes = np.maximum(1, (bit_length(values) + 6) // 7)
+    nbytes = varint_sizes(values)
     total = int(nbytes.sum())
     out = np.zeros(total, dtype=np.uint8)
     starts = np.cumsum(nbytes) - nbytes

@@ -82,13 +82,11 @@ class _AcrossHosts:
     a handle started in compress), the leader's exchange between hosts (`inner`, a _Pending
     as in the flat mode, or `handle`, a dense allreduce of the host sums), and the total
     every rank of the host ends with."""
-    __slots__ = ("tensor", "name", "key", "local", "inner", "handle", "total", "shape", "dtype",
-                 "device")
+    __slots__ = ("tensor", "name", "key", "local", "inner", "handle", "total")
 
     def __init__(self, tensor, name, key, local):
         self.tensor, self.name, self.key, self.local = tensor, name, key, local
         self.inner = self.handle = self.total = None
-        self.shape, self.dtype, self.device = tuple(tensor.shape), tensor.dtype, tensor.device
 
 
 class _Hierarchy:
@@ -153,7 +151,8 @@ class DeepReduce(DeepReduceBase, Compressor):
                 param.register_post_accumulate_grad_hook(tagger(name))
         return self
 
-    def compress(self, tensor: torch.Tensor) -> Tuple[torch.Tensor, Optional[_Pending]]:
+    def compress(self, tensor: torch.Tensor
+                 ) -> Tuple[torch.Tensor, Union[None, _Pending, _AcrossHosts]]:
         caller = horovod_caller(self, tensor)
         name = getattr(tensor, _NAME_ATTR, None) or caller.name
         process_set = self._process_set(caller.process_set)
@@ -171,8 +170,7 @@ class DeepReduce(DeepReduceBase, Compressor):
             return tensor, None
         if name is None:
             self._warn_unnamed()
-        sent, ctx = self._send(tensor, name, key, plan, process_set, caller.optimizer)
-        return sent, ctx
+        return self._send(tensor, name, key, plan, process_set, caller.optimizer)
 
     def _send(self, tensor, name, key, plan, process_set, in_place=False):
         """What goes to the ranks of process_set under this plan -> (tensor for Horovod's
@@ -242,7 +240,7 @@ class DeepReduce(DeepReduceBase, Compressor):
     def _compress_across_hosts(self, tensor, name, key, hierarchy):
         """Start the host's dense sum; the rest waits for decompress, where every tensor in
         flight is exchanged at once (a wait per tensor would cost a Horovod cycle each)."""
-        if tensor.numel() < max(self.pipeline.min_size, 1) or not tensor.dtype.is_floating_point:
+        if not self.pipeline.compresses(tensor.numel(), tensor.dtype.is_floating_point):
             self.pipeline.passed_through(tensor.numel(), tensor.element_size())
             return tensor, None  # small: Horovod's flat allreduce
         if name is None:
@@ -257,7 +255,7 @@ class DeepReduce(DeepReduceBase, Compressor):
         """The total of every rank's gradient, times the reduced placeholder."""
         if ctx.total is None:
             self._exchange_across_hosts(_HIERARCHY[0])
-        return (ctx.total * tensor.item()).to(device=ctx.device, dtype=ctx.dtype)
+        return (ctx.total * tensor.item()).to(device=ctx.tensor.device, dtype=ctx.tensor.dtype)
 
     def _exchange_across_hosts(self, hierarchy):
         """Every tensor in flight, stage by stage: the hosts' sums; the leaders encode them
@@ -277,7 +275,7 @@ class DeepReduce(DeepReduceBase, Compressor):
                 c.total = self._receive(reduced, c.inner).to(torch.float32).cpu()
         else:
             for c in batch:
-                c.total = torch.zeros(c.shape, dtype=torch.float32)
+                c.total = torch.zeros(c.tensor.shape, dtype=torch.float32)
         if hierarchy.local is not None:
             shares = [hvd.broadcast_async(c.total, root_rank=hierarchy.hosts.leader,
                                           name=f"DeepReduce.share.{c.key}",

@@ -14,7 +14,7 @@ every line's rank gaps; each gap stream is a Huffman gap plan.
 import numpy as np
 
 from .. import native
-from ..bits import bit_length, expect_stream_end, pack_fixed, read_fixed
+from ..bits import bit_length, expect_stream_end, pack_fixed, read_fixed, varint_sizes
 from ..errors import DeepReduceError
 from ..wire import ByteReader, ByteWriter
 from .gaps import from_gaps, to_gaps
@@ -39,10 +39,6 @@ def coding_order(line, rank, lines_total, ranks_total):
         return values.astype(np.uint16) if top <= 1 << 16 else values
     first = np.argsort(key(rank, ranks_total), kind="stable")
     return first[np.argsort(key(line[first], lines_total), kind="stable")]
-
-
-def _varint_size(value):
-    return max(1, (int(value).bit_length() + 6) // 7)
 
 
 class MatrixPlan:
@@ -73,9 +69,9 @@ class MatrixPlan:
                         GapStats((rank - previous - 1).astype(np.uint64))]
         self.plans = [stream.smallest() for stream in self.streams]  # (nbytes, extra bits)
         ranked_bytes = (ranked.size * self.width + 7) // 8
-        sections = [size for size, _ in self.plans[:2]] + [ranked_bytes]
-        self.nbytes = (_varint_size(lines.size) + _varint_size(ranked.size)
-                       + sum(_varint_size(n) + n for n in sections) + self.plans[2][0])
+        sections = [size for size, _ in self.plans[:2]] + [ranked_bytes]  # length-prefixed
+        self.nbytes = (int(varint_sizes([lines.size, ranked.size, *sections]).sum())
+                       + sum(sections) + self.plans[2][0])
 
     def body(self):
         (lines, counts, steps), extras = self.streams, [extra for _, extra in self.plans]
