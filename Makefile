@@ -54,27 +54,27 @@ capture: $(GRADIENTS)
 bench: bench-codecs bench-bloom bench-topk
 
 bench-codecs: setup $(GRADIENTS)
-	$(PY) -m deepreduce_hvd.bench codecs --gradients $(GRADIENTS) --density $(DENSITY)
+	$(PY) scripts/bench_codecs.py codecs --gradients $(GRADIENTS) --density $(DENSITY)
 
 bench-bloom: setup
-	$(PY) -m deepreduce_hvd.bench bloom --size 25000000 --density $(DENSITY)
+	$(PY) scripts/bench_codecs.py bloom --size 25000000 --density $(DENSITY)
 
 bench-topk: setup
-	$(PY) -m deepreduce_hvd.bench topk --size 25000000 --density $(DENSITY)
+	$(PY) scripts/bench_codecs.py topk --size 25000000 --density $(DENSITY)
 
 # the largest captured gradient: compress and the decoding of 32 ranks' payloads beside a copy
 bench-hotpath: setup $(GRADIENTS)
-	$(PY) -m deepreduce_hvd.bench hotpath --gradients $(GRADIENTS) --density $(DENSITY) \
+	$(PY) scripts/bench_codecs.py hotpath --gradients $(GRADIENTS) --density $(DENSITY) \
 		--json docs/hotpath.json
 
 # decode cost for P = 2..64 payloads and where the allgather stops beating a ring allreduce
 bench-scaling: setup $(GRADIENTS)
-	$(PY) -m deepreduce_hvd.bench scaling --gradients $(GRADIENTS) --density $(DENSITY) \
+	$(PY) scripts/bench_codecs.py scaling --gradients $(GRADIENTS) --density $(DENSITY) \
 		--json docs/decode_scaling.json --plot docs/decode_scaling.png
 
 # 20,000 corrupted payloads of every codec (half with recomputed checksums), in a child process
 bench-fuzz: setup
-	$(PY) -m deepreduce_hvd.bench fuzz --mutants 20000 --json docs/fuzz.json
+	$(PY) scripts/bench_codecs.py fuzz --mutants 20000 --json docs/fuzz.json
 
 # as root: 2-rank jobs in a network namespace shaped to 1 Gbit/s and 100 Mbit/s (QUICK=1: < 5 min)
 bench-e2e: setup

@@ -5,14 +5,14 @@
     payload = codec.encode(values, indices, shape)
     values, indices, shape = dr.decode(payload)
 """
-from . import index, value  # noqa: F401  (registers the codecs)
-from .codec import SparseCodec, decode, densify, describe
-from .compressor import Pipeline
+from .codecs import index, value  # noqa: F401  (registers the codecs)
+from .codecs.registry import codec_ids
+from .codecs.sparse_codec import SparseCodec, decode, densify, describe
+from .compression.memory import ResidualMemory
+from .compression.pipeline import Pipeline
+from .compression.sparsify import randomk, threshold, topk
+from .engine.native import backend
 from .errors import DeepReduceError
-from .memory import ResidualMemory
-from .native import backend
-from .registry import codec_ids
-from .sparsify import randomk, threshold, topk
 
 __all__ = ["SparseCodec", "decode", "densify", "describe", "Pipeline", "ResidualMemory", "DeepReduceError",
            "backend", "codec_ids", "topk", "randomk", "threshold"]

@@ -35,10 +35,10 @@ import numpy as np
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
+from .adapters.tf_device import DevicePath
+from .comm.base import DeepReduceBase, horovod_caller
+from .comm.planner import ALLGATHER, ALLREDUCE_FP16, PASS, Plan
 from .errors import DeepReduceError
-from .planner import ALLGATHER, ALLREDUCE_FP16, PASS, Plan
-from .tf_device import DevicePath
-from .wrapper import DeepReduceBase, horovod_caller
 
 _AGREEMENTS = itertools.count()
 
@@ -56,7 +56,7 @@ def allreduce_gradients(gradients, variables, compression, op=hvd.Average,
 
 class DeepReduce(DeepReduceBase, Compressor):
     """A horovod.tensorflow compression; see the module docstring. Keyword arguments are
-    those of deepreduce_hvd.wrapper.DeepReduceBase (sparsifier, ratio, index, value, memory,
+    those of deepreduce_hvd.comm.base.DeepReduceBase (sparsifier, ratio, index, value, memory,
     min_size, objective, bandwidth, process_set, seed), and:
 
       device_path: where error feedback and selection run. "auto" (default): as TF ops in the

@@ -6,7 +6,7 @@
                                          compression=compression)
 
 Horovod allreduces whatever `compress` returns. For each tensor the planner (see
-deepreduce_hvd.planner) picks the way it travels, identically on every rank:
+deepreduce_hvd.comm.planner) picks the way it travels, identically on every rank:
 - Horovod's own allreduce: `compress` returns the error-compensated tensor (fp32 or fp16)
   and `decompress` casts it back;
 - a sparse allgather: `compress` starts an allgather of the payload (a uint8 CPU tensor) on
@@ -32,7 +32,7 @@ on one host, or with one rank per host, stays flat.
 Process sets: the payload travels on the process set of the optimizer or allreduce that called
 `compress` (or the `process_set=` given here; a different one raises DeepReduceError).
 Passed through unchanged (and exact): integer tensors and sparse-layout gradients. Gradients
-on a GPU are compensated and selected there (torch_device.py); only O(k) values cross to the
+on a GPU are compensated and selected there (adapters/torch_device.py); only O(k) values cross to the
 host.
 """
 from __future__ import annotations
@@ -43,14 +43,15 @@ import time
 from typing import Any, Iterable, Optional, Tuple, Union
 
 import horovod.torch as hvd
-import torch
 from horovod.torch.compression import Compressor
 
+import torch
+
+from .adapters.torch_device import DevicePath, numpy_dtype_name
+from .comm.base import DeepReduceBase, horovod_caller
+from .comm.hosts import topology
+from .comm.planner import ALLGATHER, ALLREDUCE_FP16, PASS
 from .errors import DeepReduceError
-from .hosts import topology
-from .planner import ALLGATHER, ALLREDUCE_FP16, PASS
-from .torch_device import DevicePath, numpy_dtype_name
-from .wrapper import DeepReduceBase, horovod_caller
 
 _NAME_ATTR = "_deepreduce_name"
 _AGREEMENTS = itertools.count()
@@ -117,7 +118,7 @@ def _host(tensor):
 
 class DeepReduce(DeepReduceBase, Compressor):
     """A horovod.torch compression; see the module docstring. Keyword arguments are those of
-    deepreduce_hvd.wrapper.DeepReduceBase (sparsifier, ratio, index, value, memory, min_size,
+    deepreduce_hvd.comm.base.DeepReduceBase (sparsifier, ratio, index, value, memory, min_size,
     objective, bandwidth, process_set, seed), and:
 
       device_path: where error feedback and selection run. "auto" (default): as torch ops on

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deepreduce_hvd.payload import MAGIC, VERSION
-from deepreduce_hvd.wire import ByteWriter
+from deepreduce_hvd.wire.payload import MAGIC, VERSION
+from deepreduce_hvd.wire.bytestream import ByteWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 WIRE = {"raw": 1, "bitmap": 2, "rle": 3, "deflate": 4, "varint": 5, "golomb": 6, "seeded": 7,
@@ -115,7 +115,7 @@ def _run(name):
     import time
     import deepreduce_hvd as dr
     case = CASES[name]()
-    data, limit = case if isinstance(case, tuple) else (case, dr.payload.DEFAULT_MAX_ELEMENTS)
+    data, limit = case if isinstance(case, tuple) else (case, dr.wire.payload.DEFAULT_MAX_ELEMENTS)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current size
     before = _rss_kb("VmRSS")
     start = time.perf_counter()

@@ -6,7 +6,8 @@ import pytest
 from pybloom_live import BloomFilter
 
 import deepreduce_hvd as dr
-from deepreduce_hvd import bloom_filter, native
+from deepreduce_hvd.codecs import bloom_filter
+from deepreduce_hvd.engine import native
 
 
 @pytest.mark.parametrize("count,size", [(100, 10_000), (1_000, 100_000), (10_000, 1_000_000)])
@@ -62,10 +63,10 @@ def test_conflict_policy_prefers_certain_positives(rng):
     m, h = bloom_filter.parameters(indices.size, size, fpr=0.02)
     filt = bloom_filter.insert(indices, m, h, 0)
     positives = bloom_filter.query(filt, m, h, 0, size)
-    sizes = dr.index.bloom.smallest_conflict_set(positives, m, h, 0)
+    sizes = dr.codecs.index.bloom.smallest_conflict_set(positives, m, h, 0)
     singletons = positives[sizes == 1]
     assert singletons.size > 0 and np.isin(singletons, indices).all()
-    from deepreduce_hvd.index.bloom import select
+    from deepreduce_hvd.codecs.index.bloom import select
     chosen = select("conflict", positives, indices.size, filt, m, h, 0)
     chosen_random = select("random", positives, indices.size, filt, m, h, 0)
     assert np.isin(singletons, chosen).all()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import deepreduce_hvd as dr
-from deepreduce_hvd.payload import MAGIC, VERSION
+from deepreduce_hvd.wire.payload import MAGIC, VERSION
 
 CODECS = ["raw", "bitmap", "rle", "huffman", "deflate", "varint", "golomb", "entropy", "bloom",
           {"id": "bloom", "policy": "conflict"}, {"id": "huffman", "extra_bits": 3}]
@@ -69,7 +69,7 @@ def test_checksum_catches_a_flipped_bit():
 
 
 def test_declared_size_over_limit_is_refused_before_allocation():
-    from deepreduce_hvd.wire import ByteWriter
+    from deepreduce_hvd.wire.bytestream import ByteWriter
     header = ByteWriter().u8(0).u8(0).varint(2).varint(2**40).varint(2**40).varint(5)
     with pytest.raises(dr.DeepReduceError, match="limit"):
         dr.decode(reseal(header.getvalue()))

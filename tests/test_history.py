@@ -1,5 +1,5 @@
 """The jobs' closing line: a run against a recorded dense run, only when the two are comparable."""
-from deepreduce_hvd.history import History
+from history import History
 
 ARGS = {"model": "resnet20", "ranks": 2, "epochs": 2, "batch_size": 32, "lr": 0.05, "seed": 0}
 

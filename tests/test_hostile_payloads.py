@@ -49,7 +49,7 @@ def test_misuse_raises_deepreduce_error(call, rng):
 
 @pytest.mark.parametrize("index", ["golomb", "deflate", "huffman", "entropy", "rle"])
 def test_bytes_after_a_stream_are_refused(index, rng):
-    from deepreduce_hvd.payload import parse
+    from deepreduce_hvd.wire.payload import parse
     from hostile import payload
     dense = rng.standard_normal(5000).astype(np.float32)
     values, indices = dr.topk(dense, 0.02)

@@ -2,7 +2,7 @@
 import pytest
 
 import deepreduce_hvd as dr
-from deepreduce_hvd.hosts import topology
+from deepreduce_hvd.comm.hosts import topology
 
 
 def placements(*sizes):

@@ -134,9 +134,9 @@ def test_config_roundtrip():
 @given(data=sparse_sets(), extra=st.integers(0, 3))
 def test_planned_sizes_are_exact(data, extra):
     """entropy picks by computed sizes: they must equal the bytes actually written."""
-    from deepreduce_hvd.index.golomb import encode_rice, rice_parameter
-    from deepreduce_hvd.index.gaps import to_gaps
-    from deepreduce_hvd.index.huffman import GapStats
+    from deepreduce_hvd.codecs.index.golomb import encode_rice, rice_parameter
+    from deepreduce_hvd.codecs.index.gaps import to_gaps
+    from deepreduce_hvd.codecs.index.huffman import GapStats
     gaps = to_gaps(np.sort(data[1]))
     stats = GapStats(gaps)
     assert stats.plan(extra)[0] == len(stats.encode(extra))
@@ -150,7 +150,7 @@ def test_planned_sizes_are_exact(data, extra):
 def test_matrix_plan_size_is_exact(shape, transpose, rng):
     """The matrix model is chosen by its planned size: it must equal the body written, and the
     body must decode to the positions in the plan's order."""
-    from deepreduce_hvd.index import matrix
+    from deepreduce_hvd.codecs.index import matrix
     size = shape[0] * shape[1]
     # rows that mostly select the same columns, as a weight gradient's top-k does
     columns = rng.choice(shape[1], size=max(2, shape[1] // 4), replace=False)

@@ -2,7 +2,7 @@
 import pytest
 
 import deepreduce_hvd as dr
-from deepreduce_hvd.planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, Costs, LinkModel,
+from deepreduce_hvd.comm.planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, Costs, LinkModel,
                                     TimePlanner)
 
 CANDIDATES = [("golomb", "fp16")]

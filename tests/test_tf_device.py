@@ -6,7 +6,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import deepreduce_hvd as dr  # noqa: E402
-from deepreduce_hvd.tf_device import DevicePath  # noqa: E402
+from deepreduce_hvd.adapters.tf_device import DevicePath  # noqa: E402
 
 pytestmark = pytest.mark.tensorflow
 

@@ -9,8 +9,8 @@ pytest.importorskip("torch.nn")
 import torch  # noqa: E402
 
 import deepreduce_hvd as dr  # noqa: E402
-from deepreduce_hvd import torch_device  # noqa: E402
-from deepreduce_hvd.torch_device import DevicePath  # noqa: E402
+from deepreduce_hvd.adapters import torch_device  # noqa: E402
+from deepreduce_hvd.adapters.torch_device import DevicePath  # noqa: E402
 
 pytestmark = pytest.mark.torch
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -1,12 +1,10 @@
 """Value codecs: exactness, measured error bounds, unbiasedness, NaN/Inf policy, arrangements."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import deepreduce_hvd as dr
-from deepreduce_hvd import arrangement
+from deepreduce_hvd.codecs import arrangement
 
 
 @pytest.fixture
@@ -95,7 +93,6 @@ def test_lossy_codecs_measured_error(value, bound, topk_values):
 def test_entropy_pipeline_meets_target_on_real_gradients():
     """entropy + entropy: <= 9 bits per selected element, headers included, at <= 0.05
     relative error, on real gradients (a wide MLP trained on digits for a few steps)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "torch"))
     from capture_gradients import capture
     gradients = capture("mlp", {30}, batch=64, seed=0)
     dense = gradients["mlp/step30/net.3.weight"]

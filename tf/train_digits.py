@@ -10,6 +10,7 @@ megabytes this rank sent against what a dense fp32 allreduce of the same gradien
 then a closing line against the dense run recorded in docs/digits_dense_tf.json.
 """
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -23,8 +24,9 @@ import tf_keras as keras  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from deepreduce_hvd.cli import add_digits_training_args, compression_parser, pipeline_config  # noqa: E402
-from deepreduce_hvd.history import History  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torch"))  # the jobs' shared helpers
+from options import add_digits_training_args, compression_parser, pipeline_config  # noqa: E402
+from history import History  # noqa: E402
 from deepreduce_hvd.tensorflow import DeepReduce  # noqa: E402
 
 # the dense run that the closing line compares with (`make demo-baseline` records it)

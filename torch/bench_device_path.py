@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from deepreduce_hvd import Pipeline
-from deepreduce_hvd.torch_device import DevicePath
+from deepreduce_hvd.adapters.torch_device import DevicePath
 from synthetic_benchmark import ResNet50
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from deepreduce_hvd.cli import compression_parser, pipeline_config
+from options import compression_parser, pipeline_config
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
 from text import WordLSTM, batches, stdlib_corpus

@@ -1,4 +1,4 @@
-"""Writes real gradients to an .npz for `python -m deepreduce_hvd.bench codecs --gradients`.
+"""Writes real gradients to an .npz for `python scripts/bench_codecs.py codecs --gradients`.
 
 Trains each model on scikit-learn's digits with SGD and saves every parameter's gradient at a
 few steps, named "<model>/step<N>/<parameter>".

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from deepreduce_hvd.cli import compression_parser
+from options import compression_parser
 from train_digits import make_compression
 
 

@@ -16,8 +16,8 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from deepreduce_hvd.cli import add_digits_training_args, compression_parser, pipeline_config
-from deepreduce_hvd.history import History
+from options import add_digits_training_args, compression_parser, pipeline_config
+from history import History
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
 

@@ -13,8 +13,8 @@ import horovod.torch as hvd
 import torch
 from torch.nn import functional as F
 
-from deepreduce_hvd.cli import compression_parser
-from deepreduce_hvd.history import History
+from options import compression_parser
+from history import History
 from text import WordLSTM, batches, stdlib_corpus
 from train_digits import make_compression, sent_bytes
 

@@ -1,0 +1,1 @@
+"""What each framework supplies to the framework-neutral core."""

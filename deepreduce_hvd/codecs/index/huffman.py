@@ -1,0 +1,126 @@
+"""huffman: each gap's bit length (plus its top `extra_bits` bits) Huffman-coded, the remaining
+low bits raw. A real canonical table is sent with the codes; sizes are never estimated.
+
+`GapStats` works out the exact size of every extra_bits choice from one histogram of (bit
+length, top three bits) per gap, so choosing costs one pass; only the winner is written. The
+per-gap passes run in the native engine (csrc/gaps.cpp) or their numpy twins here.
+"""
+import numpy as np
+
+from ...engine import native
+from ...engine.bits import bit_length, check_room, expect_stream_end, pack_fields, read_fields
+from ...errors import DeepReduceError
+from ...wire.bytestream import ByteReader, ByteWriter
+from .. import huffman_code
+from ..base import IndexCodec
+from ..registry import register
+from .gaps import from_gaps, to_gaps
+
+MAX_EXTRA_BITS = 3
+_MAX_LENGTH = 64
+_TOP = 3  # the histogram keeps this many bits below each value's leading one
+
+
+class GapStats:
+    """Gaps and their (bit length of gap + 1, top three bits below its leading one) histogram."""
+
+    def __init__(self, gaps):
+        self.gaps = np.ascontiguousarray(gaps, dtype=np.uint64)
+        if native.engine is not None:
+            self.hist = np.frombuffer(native.engine.gap_histogram(self.gaps), np.int64)
+        else:
+            v = self.gaps + np.uint64(1)
+            length = bit_length(v)
+            shift = length - 1 - _TOP
+            right = v >> np.maximum(shift, 0).astype(np.uint64)
+            left = v << np.maximum(-shift, 0).astype(np.uint64)
+            top = (np.where(shift >= 0, right, left) & np.uint64((1 << _TOP) - 1)).astype(np.int64)
+            self.hist = np.bincount(length * (1 << _TOP) + top,
+                                    minlength=(_MAX_LENGTH + 1) << _TOP)
+        self.hist = self.hist.reshape(-1, 1 << _TOP)
+
+    def plan(self, extra):
+        """(exact body bytes, code lengths per symbol, table head) for extra_bits = extra."""
+        lengths_axis = np.arange(self.hist.shape[0])[:, None]
+        kept = np.minimum(extra, np.maximum(lengths_axis - 1, 0))
+        top = np.arange(1 << _TOP)[None, :] >> (_TOP - kept)
+        symbols = (lengths_axis << extra) + top
+        counts = np.bincount(symbols.ravel(), weights=self.hist.ravel(),
+                             minlength=(_MAX_LENGTH + 1) << extra).astype(np.int64)
+        lengths = huffman_code.code_lengths(counts)
+        head = ByteWriter().u8(extra)
+        huffman_code.write_table(head, lengths)
+        raw_bits = int(self.hist.sum(axis=1) @ np.maximum(np.arange(self.hist.shape[0]) - 1 - extra, 0))
+        nbits = int(counts @ lengths) + raw_bits
+        head = head.getvalue()
+        return len(head) + (nbits + 7) // 8, lengths, head
+
+    def smallest(self):
+        """(nbytes, extra) of the smallest plan."""
+        return min((self.plan(extra)[0], extra) for extra in range(MAX_EXTRA_BITS + 1))
+
+    def encode(self, extra):
+        """Body: extra_bits u8, Huffman table, then one bit stream (codes, then raw bits)."""
+        _, lengths, head = self.plan(extra)
+        codes = huffman_code.canonical_codes(lengths)
+        if native.engine is not None:
+            return head + bytes(native.engine.gap_pack(self.gaps, extra, codes,
+                                                       lengths.astype(np.uint8)))
+        v = self.gaps + np.uint64(1)
+        length = bit_length(v)
+        width = np.maximum(length - 1 - extra, 0)
+        shift = width.astype(np.uint64)
+        top = (v - (np.uint64(1) << (length - 1).astype(np.uint64))) >> shift
+        symbols = (length << extra) + top.astype(np.int64)
+        low = v & ((np.uint64(1) << shift) - np.uint64(1))
+        return head + pack_fields(np.concatenate((codes[symbols], low)),
+                                  np.concatenate((lengths[symbols], width)))
+
+
+def decode_gaps(body, count):
+    """Inverse of GapStats.encode (the whole of body) -> uint64 gaps."""
+    reader = ByteReader(body, "huffman gaps")
+    extra_bits = reader.u8()
+    if extra_bits > MAX_EXTRA_BITS:
+        raise DeepReduceError(f"huffman: bad extra bit count {extra_bits}")
+    lengths = huffman_code.read_table(reader, (_MAX_LENGTH + 1) << extra_bits)
+    data = reader.rest()
+    check_room(data, 0, count, 1, "huffman gaps")
+    if native.engine is not None:
+        if count and not lengths.any():
+            raise DeepReduceError("Huffman table is empty")
+        gaps, end = native.engine.gap_unpack(data, 0, lengths.astype(np.uint8), extra_bits, count)
+        expect_stream_end(data, end, "huffman gaps")
+        return np.frombuffer(gaps, np.uint64)
+    symbols, end = huffman_code.decode(data, 0, lengths, count)
+    symbols = symbols.astype(np.int64)
+    length = symbols >> extra_bits
+    if count and (length.min() < 1 or length.max() > _MAX_LENGTH):
+        raise DeepReduceError("huffman: bad gap length symbol")
+    width = np.maximum(length - 1 - extra_bits, 0)
+    low = read_fields(data, end, width)
+    expect_stream_end(data, end + int(width.sum()), "huffman gaps")
+    top = (symbols & ((1 << extra_bits) - 1)).astype(np.uint64)
+    v = (np.uint64(1) << (length - 1).astype(np.uint64)) + (top << width.astype(np.uint64)) + low
+    return v - np.uint64(1)
+
+
+@register("index")
+class HuffmanIndex(IndexCodec):
+    codec_id = "huffman"
+    wire_id = 8
+    params = ("extra_bits",)
+
+    def __init__(self, extra_bits=0):
+        if extra_bits not in range(MAX_EXTRA_BITS + 1):
+            raise DeepReduceError(f"extra_bits must be 0..{MAX_EXTRA_BITS}, not {extra_bits!r}")
+        self.extra_bits = extra_bits
+
+    def encode(self, indices, size, dense=None, seed=None, shape=None):
+        return GapStats(to_gaps(indices)).encode(self.extra_bits), indices
+
+    def max_count(self, body, size):
+        return 8 * len(body)  # every position costs at least one bit
+
+    def decode(self, body, size, count, shape=None):
+        return from_gaps(decode_gaps(body, count), size)

@@ -1,0 +1,129 @@
+"""Column-ranked gap coding of a 2-D selection: the entropy index codec's context model.
+
+The top-k of a weight gradient (a sum over the batch of delta x activation^T) picks the
+entries where a large row meets a large column, so the columns one row selects are mostly the
+columns that many rows select. Ranking the columns by how many rows select them, and coding
+each row's selected ranks as gaps, turns that structure into small gaps: on the 2048x2048
+layer of the digits MLP about 2.2-2.7 bits per index, where LZMA over the selection bitmap
+needs 2.7-3.3 and plain gap codes 5.6-5.8, in O(k log k) time instead of a pass over the
+bitmap. Either axis can be the ranked one (`transpose`); the encoder tries both.
+
+Body: lines with a selection (gaps), their counts - 1, the ranked columns (fixed width), then
+every line's rank gaps; each gap stream is a Huffman gap plan.
+"""
+import numpy as np
+
+from ...engine import native
+from ...engine.bits import bit_length, expect_stream_end, pack_fixed, read_fixed, varint_sizes
+from ...errors import DeepReduceError
+from ...wire.bytestream import ByteReader, ByteWriter
+from .gaps import from_gaps, to_gaps
+from .huffman import GapStats, decode_gaps
+
+MIN_COUNT = 64  # below this a table-free code wins anyway
+
+
+def grid(shape, size):
+    """(rows, cols) of the 2-D view of a tensor (rows = first dimension), or None."""
+    if shape is None or len(shape) < 2 or size == 0:
+        return None
+    rows = int(shape[0])
+    cols = size // rows
+    return (rows, cols) if rows >= 2 and cols >= 2 else None
+
+
+def coding_order(line, rank, lines_total, ranks_total):
+    """Stable order of the elements by (line, rank): two radix passes (numpy sorts 16-bit
+    keys by radix) when both fit in 16 bits."""
+    def key(values, top):
+        return values.astype(np.uint16) if top <= 1 << 16 else values
+    first = np.argsort(key(rank, ranks_total), kind="stable")
+    return first[np.argsort(key(line[first], lines_total), kind="stable")]
+
+
+class MatrixPlan:
+    """One orientation's coding of sorted flat positions of a rows x cols tensor, sized
+    exactly (`nbytes`, from the gap streams' histograms) before anything is packed, so that
+    only the orientation that wins is written (`body()`). `order`: the decoder returns the
+    positions as indices[order]."""
+
+    def __init__(self, indices, rows, cols, transpose):
+        line, other = np.divmod(indices, cols)
+        lines_total, others_total = rows, cols
+        if transpose:
+            line, other, lines_total, others_total = other, line, cols, rows
+        per_other = np.bincount(other, minlength=others_total)
+        ranked = np.argsort(-per_other, kind="stable")[:np.count_nonzero(per_other)]
+        rank_of = np.empty(others_total, dtype=np.int64)
+        rank_of[ranked] = np.arange(ranked.size)
+        rank = rank_of[other]
+        order = coding_order(line, rank, lines_total, ranked.size)
+        line, rank = line[order], rank[order]
+        starts = np.flatnonzero(np.concatenate(([True], line[1:] != line[:-1])))
+        lines, counts = line[starts], np.diff(np.append(starts, line.size))
+        previous = np.concatenate(([-1], rank[:-1]))
+        previous[starts] = -1
+        self.order, self.ranked = order, ranked
+        self.width = int(bit_length(others_total - 1))
+        self.streams = [GapStats(to_gaps(lines)), GapStats((counts - 1).astype(np.uint64)),
+                        GapStats((rank - previous - 1).astype(np.uint64))]
+        self.plans = [stream.smallest() for stream in self.streams]  # (nbytes, extra bits)
+        ranked_bytes = (ranked.size * self.width + 7) // 8
+        sections = [size for size, _ in self.plans[:2]] + [ranked_bytes]  # length-prefixed
+        self.nbytes = (int(varint_sizes([lines.size, ranked.size, *sections]).sum())
+                       + sum(sections) + self.plans[2][0])
+
+    def body(self):
+        (lines, counts, steps), extras = self.streams, [extra for _, extra in self.plans]
+        out = ByteWriter().varint(lines.gaps.size).varint(self.ranked.size)
+        out.section(lines.encode(extras[0]))
+        out.section(counts.encode(extras[1]))
+        out.section(pack_fixed(self.ranked, self.width))
+        return out.raw(steps.encode(extras[2])).getvalue()
+
+
+def decode(body, count, rows, cols, transpose):
+    """Inverse of encode -> flat positions in coding order (unique by construction: lines
+    strictly increase, and so do ranks within a line)."""
+    lines_total, others_total = (cols, rows) if transpose else (rows, cols)
+    reader = ByteReader(body, "matrix indices")
+    nlines = reader.varint(limit=min(lines_total, count))
+    nranked = reader.varint(limit=min(others_total, count))
+    if count and not (nlines and nranked):
+        raise DeepReduceError("matrix indices: no lines or columns for a non-empty selection")
+    lines = from_gaps(decode_gaps(reader.section(), nlines), lines_total)
+    counts = _below(decode_gaps(reader.section(), nlines), nranked) + 1
+    if int(counts.sum()) != count:
+        raise DeepReduceError("matrix indices: line counts disagree with the header")
+    width = int(bit_length(others_total - 1))
+    section = reader.section()
+    ranked = read_fixed(section, 0, nranked, width).astype(np.int64)
+    expect_stream_end(section, nranked * width, "matrix ranked columns")
+    if nranked and (ranked.max() >= others_total
+                    or np.bincount(ranked, minlength=others_total).max() > 1):
+        raise DeepReduceError("matrix indices: ranked columns out of range or repeated")
+    steps = decode_gaps(reader.rest(), count)
+    if native.engine is not None:
+        return np.frombuffer(native.engine.matrix_positions(
+            np.ascontiguousarray(lines, np.int64), counts, ranked, np.ascontiguousarray(steps),
+            cols, bool(transpose)), np.int64)
+    steps = _below(steps, nranked) + 1
+    if not count:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(steps)
+    starts = np.cumsum(counts) - counts
+    before = np.concatenate(([0], ends[starts[1:] - 1]))  # sum of earlier lines' steps
+    rank = ends - np.repeat(before, counts) - 1
+    if int(rank[starts + counts - 1].max()) >= nranked:
+        raise DeepReduceError("matrix indices: rank beyond the ranked columns")
+    line, other = np.repeat(lines, counts), ranked[rank]
+    if transpose:
+        line, other = other, line
+    return line * cols + other
+
+
+def _below(values, limit):
+    """uint64 values as int64, each required to be below limit."""
+    if values.size and int(values.max()) >= limit:
+        raise DeepReduceError("matrix indices: a count or gap beyond the ranked columns")
+    return values.astype(np.int64)

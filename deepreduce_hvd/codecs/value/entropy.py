@@ -1,0 +1,99 @@
+"""entropy: magnitudes quantised uniformly between their min and max, levels Huffman-coded,
+signs raw. Top-k magnitudes are concentrated, so the levels cost far less than log2(levels).
+
+`max_error` bounds the relative L2 error of the values: the fewest levels (a power of two,
+4..4096) that meet it are used; `levels` fixes the count instead. Rounding is to nearest
+(deterministic; error feedback carries the remainder).
+"""
+import numpy as np
+
+from ...engine import native
+from ...engine.bits import expect_stream_end, pack_fields, read_fixed
+from ...engine.norms import l2_norm
+from ...errors import DeepReduceError
+from ...wire.bytestream import ByteReader, ByteWriter
+from .. import huffman_code
+from ..base import ValueCodec, ValueEncoding
+from ..registry import register
+from .checks import finite_float32, finite_output
+
+MAX_LEVELS = 4096
+
+
+def step_size(lo, hi, levels):
+    return (hi - lo) / (levels - 1) if hi > lo else 1.0
+
+
+def quantise(magnitude, lo, hi, levels):
+    return np.rint((magnitude - lo) / step_size(lo, hi, levels)).astype(np.int64)
+
+
+def dequantise(q, negative, lo, hi, levels, dtype):
+    """What a receiver makes of the levels and sign bits."""
+    sign = np.where(negative, -1.0, 1.0)
+    return (sign * (lo + q * step_size(lo, hi, levels))).astype(dtype)
+
+
+@register("value")
+class EntropyValue(ValueCodec):
+    codec_id = "entropy"
+    wire_id = 8
+    params = ("max_error", "levels")
+    lossless = False
+
+    def __init__(self, max_error=0.04, levels=None):
+        if levels is not None and not 2 <= levels <= MAX_LEVELS:
+            raise DeepReduceError(f"levels must be in [2, {MAX_LEVELS}], not {levels!r}")
+        if not 0 < max_error < 1:
+            raise DeepReduceError(f"max_error must be in (0, 1), not {max_error!r}")
+        self.max_error, self.levels = max_error, levels
+
+    def min_bits(self, dtype):
+        return 2  # a sign bit and at least one code bit
+
+    def choose_levels(self, magnitude, lo, hi):
+        if self.levels is not None:
+            return self.levels
+        norm = l2_norm(magnitude)
+        lo_bits, hi_bits = 2, 12  # binary search for the fewest levels (2**bits) within bound
+        while lo_bits < hi_bits:
+            mid = (lo_bits + hi_bits) // 2
+            q = quantise(magnitude, lo, hi, 1 << mid)
+            error = l2_norm(lo + q * step_size(lo, hi, 1 << mid) - magnitude)
+            lo_bits, hi_bits = (lo_bits, mid) if error <= self.max_error * norm else (mid + 1, hi_bits)
+        return 1 << lo_bits
+
+    def encode(self, values):
+        finite = finite_float32(values, self.codec_id)
+        magnitude = np.abs(finite).astype(np.float64)
+        lo, hi = (float(np.float32(magnitude.min())), float(np.float32(magnitude.max()))) \
+            if values.size else (0.0, 0.0)
+        levels = self.choose_levels(magnitude, lo, hi)
+        q = quantise(magnitude, lo, hi, levels)
+        negative = finite < 0
+        lengths = huffman_code.code_lengths(np.bincount(q, minlength=levels))
+        out = ByteWriter().varint(levels).raw(np.array([lo, hi], "<f4").tobytes())
+        huffman_code.write_table(out, lengths)
+        codes, widths = huffman_code.encode(q, lengths)
+        stream = pack_fields(np.concatenate((codes, negative.astype(np.uint64))),
+                             np.concatenate((widths, np.ones(q.size, np.int64))))
+        return ValueEncoding(out.raw(stream).getvalue(), None,
+                             dequantise(q, negative, lo, hi, levels, values.dtype))
+
+    def decode(self, body, count, dtype):
+        reader = ByteReader(body, "entropy values")
+        levels = reader.varint(limit=MAX_LEVELS)
+        lo, hi = np.frombuffer(reader.raw(8), dtype="<f4").astype(np.float64)
+        if levels < 2 or not (np.isfinite(lo) and np.isfinite(hi) and 0 <= lo <= hi):
+            raise DeepReduceError("entropy values: bad quantiser")
+        lengths = huffman_code.read_table(reader, levels)
+        data = reader.rest()
+        q, end = huffman_code.decode(data, 0, lengths, count)
+        expect_stream_end(data, end + count, "entropy values")
+        if native.engine is not None and dtype == np.float32:
+            values = np.frombuffer(native.engine.dequantise(
+                np.ascontiguousarray(q, np.uint32), data, end, lo, step_size(lo, hi, levels)), np.float32)
+        else:
+            negative = read_fixed(data, end, count, 1).astype(bool)
+            values = dequantise(q, negative, lo, hi, levels, dtype)
+        return finite_output(values, self.codec_id)

@@ -1,0 +1,305 @@
+"""Which way each tensor travels: by least predicted time (the default), or always sparse.
+
+For every tensor the time-aware planner compares Horovod's own allreduce of the (error-
+compensated) tensor with a sparse allgather through each candidate codec pair, predicting for
+each option
+
+    encode on the sender + the bytes over the link + decoding P payloads on each receiver.
+
+Horovod fuses allreduces into one buffer per dtype, so the dense option pays no latency of its
+own, and every dense tensor of a job uses one dtype (fp16 when lossy values are allowed, else
+fp32): mixing the two costs Horovod a second fused collective every cycle (measured here: 6-10
+ms of waiting per step with one dtype, about 50 with both). Each sparse allgather pays the
+measured allgather latency.
+
+The link model (latency and bandwidth of allreduce and allgather) comes from a short
+calibration with the job's own collectives, or from `bandwidth=`; CPU costs start from a
+calibration on this host and are replaced by the costs measured in the job: every frame carries
+its sender's encode time and last decode time, and the payload sizes are in the frames too.
+A cost is the least of its recent measurements (on shared cores a stall only adds time).
+After a few warm steps each sparse candidate is tried for a few steps before the planner
+settles, and the runner-up is measured again now and then.
+
+Every input to a decision is identical on every rank (calibrations are agreed once, the
+measurements arrive in the allgathered frames, step counters advance together), and so is every
+decision: a tensor never goes to an allgather on one rank and an allreduce on another.
+"""
+import collections
+import math
+import time
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from ..codecs.sparse_codec import SparseCodec
+from ..errors import DeepReduceError
+
+ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, PASS = "allreduce", "allreduce_fp16", "allgather", "pass"
+FALLBACK = ("golomb", "raw")  # exact for any finite values: what a failing candidate is replaced by
+SPARSE_CANDIDATES = (("golomb", "fp16"), ("entropy", "entropy"), ("golomb", "entropy"),
+                     ("entropy", "fp16"))
+EXACT_CANDIDATES = (("golomb", "raw"), ("entropy", "raw"))
+WARM_STEPS = 3           # steps on the prior's choice before exploring (first steps are slow)
+STEPS_PER_CANDIDATE = 3  # measurements of each sparse candidate while exploring
+REVISIT = 25             # then every REVISIT steps the runner-up is measured once more
+WINDOW = 8  # a cost is the least of its last WINDOW measurements: stalls only ever add time
+
+
+class Plan(NamedTuple):
+    """How one tensor travels this step: kind is "allreduce", "allreduce_fp16", "allgather"
+    (with codec, and a fallback codec if that one cannot encode) or "pass" (unchanged,
+    uncompressed); label names the option in stats."""
+    kind: str
+    codec: Optional[SparseCodec] = None
+    label: str = ""
+    fallback: Optional[SparseCodec] = None
+
+
+class LinkModel(NamedTuple):
+    """Seconds for a collective: latency + bytes each rank moves / bandwidth (bytes/s)."""
+    latency: float
+    bandwidth: float
+
+    def allreduce(self, nbytes, ranks):
+        return self.latency + 2 * (ranks - 1) / ranks * nbytes / self.bandwidth
+
+    def allgather(self, nbytes_each, ranks):
+        return self.latency + (ranks - 1) * nbytes_each / self.bandwidth
+
+    @classmethod
+    def fit(cls, small, large):
+        """From (bytes moved per rank, seconds) at a small and a large size."""
+        (b0, t0), (b1, t1) = small, large
+        slope = max((t1 - t0) / max(b1 - b0, 1), 1e-12)
+        return cls(latency=max(t0 - slope * b0, 1e-6), bandwidth=1.0 / slope)
+
+
+class Costs(NamedTuple):
+    """Seconds as a + b * elements (+ c * selected) for one way of sending a tensor."""
+    encode_fixed: float
+    encode_per_element: float
+    encode_per_selected: float
+    decode_fixed: float
+    decode_per_element: float
+    decode_per_payload_selected: float
+    bits_per_selected: float
+
+
+def option_label(index, value):
+    """"golomb+fp16" for a candidate (index, value) pair of codec ids or configs."""
+    name = lambda config: config if isinstance(config, str) else config["id"]  # noqa: E731
+    return f"{name(index)}+{name(value)}"
+
+
+def _fit_line(points):
+    """(intercept, slope) through two (x, seconds) points, both non-negative."""
+    (x0, y0), (x1, y1) = points
+    slope = max((y1 - y0) / (x1 - x0), 0.0)
+    return max(y0 - slope * x0, 0.0), slope
+
+
+def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3):
+    """Costs of each option on this host, from a synthetic gradient (normal values): for the
+    sparse candidates, compress and decompress at two sizes; for the dense options, the
+    compensation and fp16 cast. -> {label: Costs}."""
+    from ..compression.pipeline import \
+        Pipeline  # a scratch pipeline, so the job's residuals stay clean
+    rng = np.random.default_rng(0)
+    grads = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
+    config = pipeline.get_config()
+    costs = {}
+
+    def best(fn):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - start)
+        return min(times), out
+
+    for index, value in candidates:
+        scratch = Pipeline(**{**config, "index": index, "value": value, "memory": "residual"})
+        enc, dec, bits = [], [], []
+        for n in sizes:
+            seconds, frame = best(lambda: scratch.compress(f"calibration.{n}", grads[n]))
+            enc.append((n, seconds))
+            dec.append((n, best(lambda: scratch.decompress(frame, (n,), "float32", 1))[0]))
+            k = max(scratch.selection_count(n), 1)
+            bits.append(8 * len(frame) / k)
+        k_large = max(scratch.selection_count(sizes[1]), 1)
+        enc_fixed, enc_slope = _fit_line(enc)
+        dec_fixed, dec_slope = _fit_line(dec)
+        costs[option_label(index, value)] = Costs(enc_fixed, enc_slope, 0.0, dec_fixed, 0.0,
+                                          dec_slope * sizes[1] / k_large, bits[1])
+    scratch = Pipeline(**{**config, "memory": "residual"})
+    for label, half in ((ALLREDUCE, False), (ALLREDUCE_FP16, True)):
+        points = [(n, best(lambda: scratch.compress_dense(f"calibration.{n}", grads[n], half))[0])
+                  for n in sizes]
+        scratch.memory.reset()
+        fixed, slope = _fit_line(points)
+        costs[label] = Costs(fixed, slope, 0.0, 0.0, 0.0, 0.0, 16.0 if half else 32.0)
+    return costs
+
+
+class FixedPlanner:
+    """Every compressible tensor goes through the pipeline's codec (sparse allgather)."""
+
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+
+    def plan(self, name, size, is_float, kinds=None):
+        if kinds != (ALLGATHER,) and not self.pipeline.compresses(size, is_float):
+            return Plan(PASS)
+        return Plan(ALLGATHER, self.pipeline.codec, "fixed")
+
+    def observe(self, name, plan, received, decode_s):
+        pass
+
+    def report(self):
+        return {}
+
+
+class _TensorState:
+    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked")
+
+    def __init__(self):
+        self.step = 0
+        self.measured = {}   # label -> {"encode": [s], "decode": [s], "bytes": [n]}
+        self.last = None     # label of the previous step's option
+        self.choice = None
+        self.predicted = {}
+        self.ranked = None   # options by predicted time; None: to be recomputed
+
+
+class TimePlanner:
+    """Least predicted time per tensor among dense allreduce (fp32, fp16) and sparse candidates.
+
+    links: {"allreduce": LinkModel, "allgather": LinkModel, and optionally "allreduce_fp16"
+    (Horovod's fp16 allreduce measured on its own: on a CPU, summing halves can cost more than
+    the bytes it saves)}; ranks: how many ranks exchange payloads; priors: {label: Costs} from
+    calibrate_cpu (agreed across ranks); candidates: the sparse (index, value) pairs;
+    allow_fp16: whether dense tensors may travel as fp16 (value codecs may be lossy). Every
+    dense tensor of a job uses one dtype: fp16 when allowed and predicted faster on a large
+    tensor, else fp32.
+    """
+
+    def __init__(self, pipeline, links, ranks, priors, candidates, allow_fp16=True,
+                 warm_steps=WARM_STEPS, explore_steps=STEPS_PER_CANDIDATE, revisit=REVISIT):
+        self.pipeline, self.links, self.ranks, self.priors = pipeline, links, ranks, priors
+        self.candidates = {option_label(i, v): SparseCodec(index=i, value=v) for i, v in candidates}
+        self.fallback = SparseCodec(*FALLBACK)
+        self.allow_fp16, self.warm_steps = allow_fp16, warm_steps
+        self.explore_steps, self.revisit = explore_steps, revisit
+        self._tensors = {}
+        large = 1 << 22
+        self.dense = ALLREDUCE if not allow_fp16 else min(
+            (ALLREDUCE_FP16, ALLREDUCE), key=lambda label: self._predict(label, large, 0, {}))
+
+    def _predict(self, label, n, k, measured):
+        """Predicted seconds for one option on a tensor of n elements with k selected."""
+        prior = self.priors[label]
+        if label in (ALLREDUCE, ALLREDUCE_FP16):  # fused with the others: bytes, no latency
+            cpu = prior.encode_fixed + prior.encode_per_element * n
+            link = self.links.get("allreduce_fp16" if label == ALLREDUCE_FP16 else "allreduce",
+                                  self.links["allreduce"])
+            return cpu + link.allreduce(n * prior.bits_per_selected / 8, self.ranks) - link.latency
+        seen = measured.get(label, {})
+        nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
+        encode = min(seen["encode"]) if "encode" in seen else (
+            prior.encode_fixed + prior.encode_per_element * n)
+        decode = min(seen["decode"]) if "decode" in seen else (
+            prior.decode_fixed + self.ranks * prior.decode_per_payload_selected * k)
+        return encode + self.links["allgather"].allgather(nbytes, self.ranks) + decode
+
+    def _options(self, size, kinds=None):
+        dense = [self.dense]
+        if size < max(self.pipeline.min_size, 1) and kinds != (ALLGATHER,):
+            return dense
+        return dense + list(self.candidates)
+
+    def plan(self, name, size, is_float, kinds=None):
+        """The option with the least predicted time (kinds: restrict to these kinds, as a
+        traced TensorFlow graph must keep the kind it was traced with)."""
+        if not is_float or size == 0:
+            return Plan(PASS)
+        state = self._tensors.setdefault(name, _TensorState())
+        if state.ranked is None:  # predictions change only when measurements arrive
+            k = self.pipeline.selection_count(size, name)
+            options = [label for label in self._options(size, kinds) if kinds is None or
+                       (ALLGATHER if label in self.candidates else label) in kinds]
+            if not options:
+                raise DeepReduceError(f"no option of kind {kinds} for a tensor of {size} elements")
+            state.predicted = {label: self._predict(label, size, k, state.measured)
+                               for label in options}
+            state.ranked = sorted(options, key=lambda label: (state.predicted[label], label))
+        best = state.ranked[0]
+        if best in self.candidates:
+            sparse = [label for label in state.ranked if label in self.candidates]
+            best = self._explore(state.step, sparse, [label for label in self.candidates
+                                                      if label in state.predicted]) or best
+        state.choice = best
+        state.step += 1
+        if best == ALLREDUCE:
+            return Plan(ALLREDUCE, None, best)
+        if best == ALLREDUCE_FP16:
+            return Plan(ALLREDUCE_FP16, None, best)
+        return Plan(ALLGATHER, self.candidates[best], best, self.fallback)
+
+    def _explore(self, step, ranked_sparse, order):
+        """The candidate to measure at this step, or None: after the warm steps each one in
+        turn, then the runner-up once every `revisit` steps."""
+        explored = self.warm_steps + self.explore_steps * len(order)
+        if self.warm_steps <= step < explored:
+            return order[(step - self.warm_steps) // self.explore_steps]
+        if step >= explored and len(ranked_sparse) > 1 and (step - explored) % self.revisit == self.revisit - 1:
+            return ranked_sparse[1]
+        return None
+
+    def observe(self, name, plan, received, decode_s):
+        """After a sparse step: every rank's encode time and payload size for this step, and
+        its decode time of the previous step (identical inputs on every rank)."""
+        state = self._tensors.get(name)
+        if state is None or plan.kind != ALLGATHER:
+            if state is not None:
+                state.last = plan.label
+            return
+        state.ranked = None
+        seen = state.measured.setdefault(plan.label, {})
+        _record(seen, "encode", max(frame.encode_s for frame in received))
+        _record(seen, "bytes", float(np.mean([len(frame.payload) for frame in received])))
+        if state.last in self.candidates and any(frame.decode_s for frame in received):
+            _record(state.measured.setdefault(state.last, {}), "decode",
+                    max(frame.decode_s for frame in received))
+        state.last = plan.label
+
+    def report(self):
+        """Per tensor: the option chosen last, and the predicted seconds of every option."""
+        return {name: {"choice": state.choice, "steps": state.step,
+                       "predicted_ms": {k: round(1e3 * v, 3) for k, v in state.predicted.items()},
+                       "measured": {label: {key: min(values) for key, values in m.items()}
+                                    for label, m in state.measured.items()}}
+                for name, state in self._tensors.items()}
+
+
+def _record(record, key, value):
+    """Append a measurement (the slowest rank's, every rank the same) to its window."""
+    record.setdefault(key, collections.deque(maxlen=WINDOW)).append(value)
+
+
+def parse_bandwidth(value):
+    """bandwidth= as bits per second (a number, or a string like "1gbit", "100mbit")."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for suffix, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)):
+            if text.endswith(suffix):
+                try:
+                    return float(text[:-len(suffix)]) * scale
+                except ValueError:
+                    break
+        raise DeepReduceError(f"bandwidth must be bits/s or like '1gbit', not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise DeepReduceError(f"bandwidth must be a positive number of bits/s, not {value!r}")
+    return float(value)

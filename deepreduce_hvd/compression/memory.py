@@ -1,0 +1,63 @@
+"""Error feedback (the "memory" role of GRACE): what a rank did not deliver is added back later.
+
+The residual is the compensated gradient minus what the receivers will actually reconstruct
+from this rank's payload (the encoder reports those values), so every loss is fed back: the
+sparsifier's, and the lossy codecs' (Bloom false positives, fitting, quantisation). Buffers are
+updated in place: compensation writes gradient + residual into the residual buffer (fused with
+selection in the native engine), and delivery subtracts what was sent.
+"""
+import numpy as np
+
+from ..engine.scatter import scatter_add
+from ..errors import DeepReduceError
+
+
+def _numpy_zeros(shape):
+    return np.zeros(shape, dtype=np.float32)
+
+
+class ResidualMemory:
+    """Residuals keyed by tensor name, float32, one buffer per name."""
+
+    def __init__(self):
+        self._residuals = {}
+
+    def buffer(self, name, shape, zeros=None):
+        """The residual buffer of `name`, to compensate into in place; the first time, a
+        float32 numpy array of zeros, or what `zeros(shape)` makes (a framework tensor on the
+        gradient's device, for the wrappers' device path)."""
+        shape = tuple(shape)
+        residual = self._residuals.get(name)
+        if residual is None:
+            residual = self._residuals[name] = (zeros or _numpy_zeros)(shape)
+        elif tuple(residual.shape) != shape:
+            raise DeepReduceError(f"tensor {name!r} changed shape from {residual.shape} to "
+                                  f"{shape}; call reset()")
+        return residual
+
+    def compensate(self, name, gradient):
+        """residual += gradient, in place; -> the buffer (the compensated gradient)."""
+        residual = self.buffer(name, np.shape(gradient))
+        residual += np.asarray(gradient, dtype=np.float32)
+        return residual
+
+    def deliver(self, name, positions, values):
+        """Receivers got `values` at flat `positions`: the rest stays for the next step."""
+        scatter_add(self._residuals[name].reshape(-1), positions, values, -1.0)
+
+    def deliver_dense(self, name, delivered):
+        """Receivers got the whole (compensated) tensor as `delivered`."""
+        residual = self._residuals[name]
+        residual -= np.asarray(delivered, dtype=np.float32).reshape(residual.shape)
+
+    def residual(self, name):
+        return self._residuals.get(name)
+
+    def names(self):
+        return set(self._residuals)
+
+    def reset(self, name=None):
+        if name is None:
+            self._residuals.clear()
+        else:
+            self._residuals.pop(name, None)

@@ -1,0 +1,290 @@
+"""The framework-neutral DeepReduce pipeline: memory -> sparsifier -> codec, and back.
+
+The PyTorch and TensorFlow wrappers only move tensors to and from numpy and call Horovod;
+everything that decides what goes on the wire is here (and, for the time-aware choice, in
+comm/planner.py). Payloads travel in frames (wire/frames.py).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..codecs.sparse_codec import Buffer, CodecSpec, SparseCodec, decode_unordered
+from ..engine.halves import to_half
+from ..engine.scatter import scatter_add
+from ..errors import DeepReduceError
+from ..wire import frames
+from ..wire.payload import check_shape
+from . import sparsify
+from .memory import ResidualMemory
+
+SPARSIFIERS = ("topk", "randomk", "threshold", "none")
+WARMUP_START = 0.25  # the density warm-up starts at DGC's first-epoch density
+MEMORIES = (None, "none", "residual")
+
+
+class Stats:
+    """Counters a training job can log: bytes_sent, dense_bytes, ratio, tensors_compressed
+    (sent as sparse payloads), tensors_allreduced (handed to Horovod's allreduce, fp32 or
+    fp16, by the time-aware choice), tensors_passed_through, tensors_nonfinite, encode_s,
+    decode_s."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.bytes_sent = self.dense_bytes = 0
+        self.tensors_compressed = self.tensors_allreduced = self.tensors_passed_through = 0
+        self.tensors_nonfinite = 0
+        self.encode_s = self.decode_s = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bytes_sent": self.bytes_sent, "dense_bytes": self.dense_bytes,
+                "ratio": self.dense_bytes / self.bytes_sent if self.bytes_sent else 0.0,
+                "tensors_compressed": self.tensors_compressed,
+                "tensors_allreduced": self.tensors_allreduced,
+                "tensors_passed_through": self.tensors_passed_through,
+                "tensors_nonfinite": self.tensors_nonfinite,
+                "encode_s": self.encode_s, "decode_s": self.decode_s}
+
+
+_POOL = None
+PARALLEL_BYTES = 1 << 16  # decode payloads on worker threads above this many bytes in all
+
+
+def decode_all(payloads, shape, dtype_name):
+    """(values, positions) of each payload, in rank order. Large sets are decoded on a small
+    thread pool (the native kernels release the GIL); the caller still adds them in rank
+    order, so every rank computes the same bits. Every payload must hold `dtype_name` values
+    of `shape`."""
+    global _POOL
+    limit = max(math.prod(shape), 1)
+    decode = lambda p: decode_unordered(p, limit, shape, dtype_name)[:2]  # noqa: E731
+    if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
+        return map(decode, payloads)
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count()), thread_name_prefix="deepreduce")
+    return _POOL.map(decode, payloads)
+
+
+class Pipeline:
+    """sparsifier + SparseCodec + residual memory, on numpy arrays.
+
+    sparsifier: "topk" / "randomk" (keep `ratio` of the elements), "threshold" (magnitude
+    above `threshold`; 0 keeps the non-zeros) or "none" (every element).
+    index, value, arrangement: as for SparseCodec ("auto": smallest payload per call).
+    memory: "residual" (error feedback, the default) or None.
+    min_size: tensors with fewer elements are sent dense (default 1000, as in the paper).
+    warmup_steps: density warm-up (Deep Gradient Compression): top-k and random-k keep 25%
+    of a tensor at its first step, decaying geometrically to `ratio` over this many steps,
+    so that early training, when gradients change fastest, is not starved (default 0: off).
+
+    A gradient holding NaN or Inf is not encoded: every rank receives NaN for that tensor
+    (as a dense allreduce would deliver NaN; an AMP loss scaler then skips the step), and its
+    residual is reset.
+    """
+
+    def __init__(self, sparsifier: str = "topk", ratio: float = 0.01, threshold: float = 0.0,
+                 index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
+                 memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
+                 warmup_steps: int = 0) -> None:
+        if sparsifier not in SPARSIFIERS:
+            raise DeepReduceError(f"sparsifier must be one of {SPARSIFIERS}, not {sparsifier!r}")
+        sparsify.selection_size(1, ratio)  # validates the ratio
+        sparsify.check_threshold(threshold)
+        if memory not in MEMORIES:
+            raise DeepReduceError(f"memory must be None or 'residual', not {memory!r}")
+        if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
+            raise DeepReduceError(f"min_size must be a non-negative int, not {min_size!r}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise DeepReduceError(f"warmup_steps must be a non-negative int, not {warmup_steps!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise DeepReduceError(f"seed must be an integer in [0, 2**64), not {seed!r}")
+        self.sparsifier, self.ratio, self.threshold = sparsifier, ratio, float(threshold)
+        self.codec = SparseCodec(index=index, value=value, arrangement=arrangement)
+        self.memory = ResidualMemory() if memory == "residual" else None
+        self.min_size, self.seed, self.warmup_steps = min_size, seed, warmup_steps
+        self.stats = Stats()
+        self._steps = {}
+        self._last_decode = {}
+
+    def get_config(self) -> dict:
+        return {"sparsifier": self.sparsifier, "ratio": self.ratio, "threshold": self.threshold,
+                **self.codec.get_config(), "memory": "residual" if self.memory else None,
+                "min_size": self.min_size, "warmup_steps": self.warmup_steps}
+
+    def compresses(self, size, is_float):
+        """Whether a tensor goes through the codec (else it is passed through unchanged)."""
+        return is_float and size >= max(self.min_size, 1)
+
+    def current_ratio(self, name=None):
+        """The ratio of tensor `name`'s next selection: `ratio`, or during its density warm-up
+        a geometric decay from WARMUP_START (unnamed tensors: `ratio`). Every rank compresses
+        a tensor the same number of times, so every rank selects the same count."""
+        step = self._steps.get(name, 0) if name is not None else self.warmup_steps
+        if step >= self.warmup_steps or self.ratio >= WARMUP_START:
+            return self.ratio
+        return WARMUP_START * (self.ratio / WARMUP_START) ** (step / self.warmup_steps)
+
+    def selection_count(self, size, name=None):
+        """How many elements the sparsifier sends from a tensor of `size` (at most) at tensor
+        `name`'s next step."""
+        if self.sparsifier in ("topk", "randomk"):
+            return sparsify.selection_size(size, self.current_ratio(name))
+        return size
+
+    def _advance(self, name):
+        """One more step of tensor `name` (sent sparse or dense)."""
+        if name is not None:
+            self._steps[name] = self._steps.get(name, 0) + 1
+
+    def fingerprint(self, shape, dtype_name):
+        text = json.dumps([list(shape), dtype_name, self.get_config()], sort_keys=True)
+        return zlib.crc32(text.encode())
+
+    def _compensated_selection(self, name, dense):
+        """(values, indices, seed, compensated flat array) or None when it holds NaN/Inf."""
+        memory = self.memory if name is not None else None
+        residual = memory.buffer(name, dense.shape).reshape(-1) if memory else None
+        if self.sparsifier in ("topk", "threshold"):
+            k = self.selection_count(dense.size, name)
+            picked = sparsify.select(self.sparsifier, dense, residual, k=k, tau=self.threshold)
+            compensated = residual if residual is not None else dense.reshape(-1)
+            return None if picked is None else (*picked, None, compensated)
+        compensated = residual if residual is not None else dense.astype(np.float32).reshape(-1)
+        if residual is not None:
+            residual += dense.reshape(-1)
+        if not np.isfinite(compensated).all():
+            return None
+        if self.sparsifier == "none":
+            return compensated.copy(), np.arange(compensated.size, dtype=np.int64), None, compensated
+        seed = zlib.crc32(f"{name}:{self._steps.get(name, 0)}".encode()) ^ self.seed
+        ratio = self.current_ratio(name)
+        return (*sparsify.randomk(compensated, ratio, seed), seed, compensated)
+
+    def compress(self, name: Optional[str], dense: np.ndarray, codec: Optional[SparseCodec] = None,
+                 fallback: Optional[SparseCodec] = None) -> bytes:
+        """dense numpy gradient -> frame bytes for the allgather. The residual memory, if any,
+        is keyed by name; tensors without a name (None) get no error feedback. codec: the
+        SparseCodec to use this time (default: the pipeline's); fallback: a codec to use if
+        that one cannot encode these values (else every rank raises the error)."""
+        start = time.perf_counter()
+        work = np.asarray(dense, dtype=np.float32) if dense.dtype.name in ("bfloat16", "float16") else dense
+        picked = self._compensated_selection(name, work)
+        values, indices, seed, compensated = picked if picked is not None else (None,) * 4
+        frame, encoded = self.encode_selected(values, indices, dense.shape, dense.dtype, name,
+                                              codec, fallback, compensated, seed, start)
+        if self.memory is not None and name is not None:
+            if picked is None:
+                self.memory.reset(name)
+            elif encoded is not None:
+                self.memory.deliver(name, encoded.positions, encoded.values)
+        return frame
+
+    def encode_selected(self, values, indices, shape, dtype, name=None, codec=None,
+                        fallback=None, dense=None, seed=None, start=None):
+        """Frame for values already selected (and compensated) elsewhere, e.g. on a GPU:
+        values None means the gradient held NaN or Inf. -> (frame bytes, the selector's
+        Encoded, or None when nothing was encoded): the caller delivers Encoded.values at
+        Encoded.positions to its residual."""
+        start = time.perf_counter() if start is None else start
+        dtype = np.dtype(dtype)
+        codec, encoded = codec or self.codec, None
+        if values is None:
+            kind, payload = frames.NONFINITE, b""
+            self.stats.tensors_nonfinite += 1
+        else:
+            values = np.asarray(values).astype(dtype, copy=False)
+            try:
+                try:
+                    encoded = codec.encode_full(values, indices, shape, dense=dense, seed=seed)
+                except DeepReduceError:
+                    if fallback is None:
+                        raise
+                    encoded = fallback.encode_full(values, indices, shape, dense=dense, seed=seed)
+                kind, payload = frames.PAYLOAD, encoded.payload
+            except DeepReduceError as exc:  # sent to every rank, raised there: no rank hangs
+                kind, payload = frames.ERROR, str(exc).encode()
+        encode_s = time.perf_counter() - start
+        frame = frames.write(self.fingerprint(shape, dtype.name), kind, payload, encode_s,
+                             self._last_decode.get(name, 0.0))
+        self.stats.encode_s += encode_s
+        self.stats.bytes_sent += len(frame)
+        self.stats.dense_bytes += 4 * math.prod(shape)
+        self.stats.tensors_compressed += 1
+        self._advance(name)
+        return frame, encoded
+
+    def decompress(self, gathered: Buffer, shape: Sequence[int], dtype_name: str, ranks: int,
+                   name: Optional[str] = None, out: Optional[np.ndarray] = None,
+                   scale: float = 1.0) -> Tuple[np.ndarray, List[frames.Frame]]:
+        """The concatenated frames of every rank (an allgather's output) -> scale times their
+        sum, dense float32, added in rank order so that every rank computes the same bits.
+        out: a float32 buffer of the tensor's size to write the sum into (else a new one).
+        Returns (sum, frames); the frames carry each rank's measured costs."""
+        start = time.perf_counter()
+        shape = check_shape(shape)
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise DeepReduceError(f"ranks must be a positive int, not {ranks!r}")
+        expected = self.fingerprint(shape, dtype_name)
+        received = frames.read_all(gathered, ranks, expected, f"shape {shape}, {dtype_name}")
+        for frame in received:
+            if frame.kind == frames.ERROR:
+                raise DeepReduceError(f"rank {frame.rank} could not encode this tensor: "
+                                      f"{bytes(frame.payload).decode(errors='replace')}")
+        if out is None:
+            total = np.zeros(math.prod(shape), dtype=np.float32)
+        else:
+            total = out.reshape(-1)
+            total.fill(0.0)
+        if any(frame.kind == frames.NONFINITE for frame in received):
+            total[:] = np.nan
+        else:
+            for values, indices in decode_all([frame.payload for frame in received], shape,
+                                              dtype_name):
+                scatter_add(total, indices, values, scale)
+        elapsed = time.perf_counter() - start
+        self._last_decode[name] = elapsed
+        self.stats.decode_s += elapsed
+        return total.reshape(shape), received
+
+    def compress_dense(self, name: Optional[str], dense: np.ndarray, half: bool = False) -> np.ndarray:
+        """A tensor for Horovod's own allreduce (the time-aware choice): the compensated
+        gradient, as float16 if `half`; the residual keeps what fp16 rounding lost (and is
+        reset if the gradient or its fp16 cast is not finite)."""
+        start = time.perf_counter()
+        memory = self.memory if name is not None else None
+        if memory is not None:
+            work = memory.compensate(name, dense)
+        else:
+            work = np.array(dense, dtype=np.float32) if half else np.asarray(dense, np.float32)
+        if half:
+            sent, finite = to_half(work, keep_error=memory is not None)
+            if memory is not None and not finite:
+                memory.reset(name)
+        else:
+            sent = work.copy() if memory is not None else work
+            if memory is not None:
+                work.fill(0.0)  # receivers got everything
+        self.count_dense(sent.nbytes, dense.size, time.perf_counter() - start, name)
+        return sent
+
+    def count_dense(self, nbytes, size, seconds, name=None):
+        """Stats (and the step) of one tensor handed to Horovod's own allreduce."""
+        self._advance(name)
+        self.stats.encode_s += seconds
+        self.stats.bytes_sent += nbytes
+        self.stats.dense_bytes += 4 * size
+        self.stats.tensors_allreduced += 1
+
+    def passed_through(self, size, itemsize):
+        self.stats.tensors_passed_through += 1
+        self.stats.bytes_sent += size * itemsize
+        self.stats.dense_bytes += size * 4

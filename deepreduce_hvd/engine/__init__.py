@@ -1,0 +1,1 @@
+"""The native engine and its numpy twins: bit streams, halves, scatter-add, norms."""

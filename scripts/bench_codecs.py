@@ -1,0 +1,487 @@
+"""Benchmarks of the core codecs on real gradients.
+
+    python scripts/bench_codecs.py codecs --gradients FILE.npz --density 0.01 [--plot P.png]
+    python scripts/bench_codecs.py bloom --size 25000000 --density 0.01
+    python scripts/bench_codecs.py topk --size 25000000 --density 0.01
+    python scripts/bench_codecs.py fuzz --mutants 20000
+    python scripts/bench_codecs.py hotpath --gradients FILE.npz
+    python scripts/bench_codecs.py scaling --gradients FILE.npz --plot P.png
+
+`codecs` top-k-sparsifies every gradient of at least --min-size elements (smaller tensors are
+sent dense, as in the paper), encodes it with each index codec and real value bytes, and
+reports index bits per selected element (the whole payload minus k raw values: headers,
+tables and, for Bloom p0, the extra false-positive values included), encode/decode time and
+the uniform-subset bound log2 C(N, k) / k. Then whole pipelines (index + value codec): bits
+per selected element of the complete payload and the relative L2 error of what arrives
+against the dense gradient at the positions sent.
+"""
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+
+from deepreduce_hvd.codecs import bloom_filter
+from deepreduce_hvd.codecs.sparse_codec import SparseCodec, decode
+from deepreduce_hvd.compression.pipeline import Pipeline
+from deepreduce_hvd.compression.sparsify import topk
+from deepreduce_hvd.engine import native
+
+INDEX_ROWS = ["raw", "bitmap", "rle", "huffman", "deflate", "varint", "golomb", "entropy",
+              "bloom", {"id": "bloom", "policy": "conflict"}]
+PIPELINES = {"top-k raw pairs": ("raw", "raw"), "entropy+raw": ("entropy", "raw"),
+             "entropy+fp16": ("entropy", "fp16"), "entropy+qsgd": ("entropy", "qsgd"),
+             "entropy+entropy": ("entropy", "entropy"), "entropy+polyfit": ("entropy", "polyfit"),
+             "entropy+dexp": ("entropy", "dexp"), "bloom+qsgd": ("bloom", "qsgd"),
+             "bloom+polyfit": ("bloom", "polyfit"), "auto+auto": ("auto", "auto")}
+PLOTTED = ["top-k raw pairs", "entropy+raw", "entropy+entropy", "bloom+qsgd", "auto+auto"]
+
+
+def log2_binomial(n, k):
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
+
+
+def load_gradients(path, min_size):
+    with np.load(path) as data:
+        return {name: data[name].astype(np.float32) for name in data.files
+                if data[name].size >= min_size}
+
+
+def timed_roundtrip(codec, g, values, indices):
+    """(payload, decoded values, decoded indices, encode s, decode s)."""
+    t0 = time.perf_counter()
+    payload = codec.encode(values, indices, g.shape, dense=g)
+    t1 = time.perf_counter()
+    v2, i2, _ = decode(payload)
+    return payload, v2, i2, t1 - t0, time.perf_counter() - t1
+
+
+def bench_index_codecs(gradients, density, rows=INDEX_ROWS):
+    sparse = {name: (g, *topk(g, density)) for name, g in gradients.items()}
+    selected = sum(idx.size for _, _, idx in sparse.values())
+    bound = sum(log2_binomial(g.size, idx.size) for g, _, idx in sparse.values()) / selected
+    results = []
+    for config in rows:
+        codec = SparseCodec(index=config, value="raw")
+        nbytes = encode_s = decode_s = 0.0
+        exact = True
+        for g, values, indices in sparse.values():
+            payload, v2, i2, enc, dec = timed_roundtrip(codec, g, values, indices)
+            encode_s, decode_s = encode_s + enc, decode_s + dec
+            nbytes += len(payload) - 4 * indices.size
+            exact &= bool(np.isin(indices, i2).all() and np.array_equal(v2, g.ravel()[i2]))
+        name = config if isinstance(config, str) else f"{config['id']}-{config['policy']}"
+        results.append({"index": name, "bits_per_index": 8 * nbytes / selected,
+                        "encode_ms": 1e3 * encode_s, "decode_ms": 1e3 * decode_s,
+                        "lossless": codec.lossless, "exact": exact})
+    return {"tensors": len(sparse), "selected": selected, "density": density,
+            "uniform_bound_bits": bound, "rows": results}
+
+
+def print_index_table(report):
+    print(f"{report['tensors']} tensors, {report['selected']:,} selected elements at density "
+          f"{report['density']}; uniform-subset bound log2 C(N,k)/k = "
+          f"{report['uniform_bound_bits']:.2f} bits")
+    print("| index codec | bits/index | encode ms | decode ms | lossless | exact |")
+    print("|---|---:|---:|---:|---|---|")
+    for row in report["rows"]:
+        print(f"| {row['index']} | {row['bits_per_index']:.2f} | {row['encode_ms']:.1f} | "
+              f"{row['decode_ms']:.1f} | {row['lossless']} | {row['exact']} |")
+
+
+def bench_pipelines(gradients, density, names=tuple(PIPELINES)):
+    sparse = {name: (g, *topk(g, density)) for name, g in gradients.items()}
+    selected = sum(idx.size for _, _, idx in sparse.values())
+    rows = []
+    for name in names:
+        index, value = PIPELINES[name]
+        codec = SparseCodec(index=index, value=value)
+        nbytes = encode_s = decode_s = err2 = ref2 = 0.0
+        for g, values, indices in sparse.values():
+            payload, v2, i2, enc, dec = timed_roundtrip(codec, g, values, indices)
+            encode_s, decode_s, nbytes = encode_s + enc, decode_s + dec, nbytes + len(payload)
+            sent = np.union1d(indices, i2)
+            got = np.zeros(g.size, np.float64)
+            got[i2] = v2
+            err2 += float(((got[sent] - g.ravel()[sent]) ** 2).sum())
+            ref2 += float((g.ravel()[sent].astype(np.float64) ** 2).sum())
+        rows.append({"pipeline": name, "bits_per_element": 8 * nbytes / selected,
+                     "relative_l2_error": math.sqrt(err2 / ref2) if ref2 else 0.0,
+                     "encode_ms": 1e3 * encode_s, "decode_ms": 1e3 * decode_s})
+    return {"density": density, "selected": selected, "rows": rows}
+
+
+def print_pipeline_table(report):
+    print(f"\nwhole payloads at density {report['density']} (raw top-k pairs cost 64 bits):")
+    print("| pipeline | bits/element | rel. L2 error | encode ms | decode ms |")
+    print("|---|---:|---:|---:|---:|")
+    for row in report["rows"]:
+        print(f"| {row['pipeline']} | {row['bits_per_element']:.2f} | "
+              f"{row['relative_l2_error']:.4f} | {row['encode_ms']:.1f} | {row['decode_ms']:.1f} |")
+
+
+def plot_densities(gradients, path, densities=(0.001, 0.01, 0.1)):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    curves = {name: [] for name in PLOTTED}
+    for density in densities:
+        for row in bench_pipelines(gradients, density, PLOTTED)["rows"]:
+            curves[row["pipeline"]].append(row["bits_per_element"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, bits in curves.items():
+        ax.plot([100 * d for d in densities], bits, marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("density (% of elements selected by top-k)")
+    ax.set_ylabel("bits per selected element (whole payload)")
+    ax.set_title("DeepReduce payload size on real gradients")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return curves
+
+
+def bench_topk(size, density, repeats):
+    import torch
+    dense = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    tensor = torch.from_numpy(dense)
+    k = max(1, int(round(size * density)))
+
+    def best(fn):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return 1e3 * min(times)
+
+    ours = best(lambda: topk(dense, density))
+    theirs = best(lambda: torch.topk(tensor.abs(), k, sorted=False))
+    return {"size": size, "k": k, "deepreduce_topk_ms": ours, "torch_topk_ms": theirs,
+            "speedup": theirs / ours}
+
+
+def bench_bloom(size, density, repeats):
+    rng = np.random.default_rng(0)
+    count = max(1, int(size * density))
+    indices = np.sort(rng.choice(size, count, replace=False))
+    m, h = bloom_filter.parameters(count, size)
+    filt = bloom_filter.insert(indices, m, h, 0)
+
+    def best(fn):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+        return min(times), out
+
+    report = {"size": size, "count": count, "m_bits": m, "hashes": h}
+    if native.engine is not None:
+        report["native_query_ms"], fast = best(lambda: bloom_filter.query(filt, m, h, 0, size))
+        report["native_insert_ms"], _ = best(lambda: bloom_filter.insert(indices, m, h, 0))
+        report["native_query_ms"] *= 1e3
+        report["native_insert_ms"] *= 1e3
+    slow_s, slow = best(lambda: bloom_filter.query_numpy(filt, m, h, 0, size))
+    report["numpy_query_ms"] = 1e3 * slow_s
+    if native.engine is not None:
+        assert np.array_equal(fast, slow)
+        report["speedup"] = report["numpy_query_ms"] / report["native_query_ms"]
+    return report
+
+
+HOTPATH_PIPELINES = [("entropy", "entropy"), ("golomb", "fp16"), ("golomb", "qsgd"), ("raw", "raw")]
+
+
+def best_of(fn, repeats):
+    """Fastest of `repeats` calls, in seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def largest_gradient(gradients):
+    name = max(gradients, key=lambda n: gradients[n].size)
+    return name, gradients[name]
+
+
+def bench_hotpath(gradients, density, ranks=32, repeats=7):
+    """One large real gradient, residual memory on: Pipeline.compress and the decoding of
+    `ranks` payloads into one sum, each beside a plain copy of the tensor in the same run."""
+    name, grad = largest_gradient(gradients)
+    copy_s = best_of(grad.copy, repeats)
+    rows = []
+    for index, value in HOTPATH_PIPELINES:
+        pipeline = Pipeline(ratio=density, index=index, value=value)
+        frames = [pipeline.compress(name, grad) for _ in range(ranks)]  # residual warms up too
+        compress_s = best_of(lambda: pipeline.compress(name, grad), repeats)
+        gathered = b"".join(frames)
+        decode_s = best_of(lambda: pipeline.decompress(gathered, grad.shape, "float32", ranks),
+                           max(3, repeats // 2))
+        rows.append({"pipeline": f"{index}+{value}", "compress_ms": 1e3 * compress_s,
+                     "compress_x_copy": compress_s / copy_s, "decode_ms": 1e3 * decode_s,
+                     "decode_x_copy": decode_s / copy_s,
+                     "bits_per_element": 8 * (len(frames[-1]) - 21) / max(1, round(density * grad.size))})
+    return {"tensor": name, "shape": list(grad.shape), "density": density, "ranks": ranks,
+            "copy_ms": 1e3 * copy_s, "rows": rows}
+
+
+SCALING_RANKS = (2, 4, 8, 16, 32, 64)
+SCALING_PIPELINES = [("golomb", "fp16"), ("entropy", "entropy")]
+LINK_RATES = {"1 Gbit/s": 1e9, "10 Gbit/s": 1e10, "100 Gbit/s": 1e11}
+
+
+def bench_scaling(gradients, density, repeats=3):
+    """Per-rank cost of receiving and decoding P payloads (real gradients: every captured
+    step and layer of the model of the largest tensor, at its size) for P = 2..64, and the
+    model of where the allgather of payloads stops beating a ring allreduce of fp32 / fp16."""
+    name, grad = largest_gradient(gradients)
+    family = name.rsplit("/", 1)[-1]
+    sources = [g for n, g in gradients.items() if n.endswith(family) and g.shape == grad.shape]
+    rows = []
+    for index, value in SCALING_PIPELINES:
+        pipeline = Pipeline(ratio=density, index=index, value=value)
+        frames = [pipeline.compress(f"r{i}", sources[i % len(sources)] * (1 + 0.01 * i))
+                  for i in range(max(SCALING_RANKS))]
+        payload_bytes = float(np.mean([len(f) for f in frames]))
+        for ranks in SCALING_RANKS:
+            gathered = b"".join(frames[:ranks])
+            seconds = best_of(lambda: pipeline.decompress(gathered, grad.shape, "float32", ranks),
+                              repeats)
+            rows.append({"pipeline": f"{index}+{value}", "ranks": ranks, "decode_ms": 1e3 * seconds,
+                         "payload_bytes": payload_bytes})
+    model = crossover_model(rows, grad.size)
+    return {"tensor": name, "elements": grad.size, "density": density, "rows": rows, "model": model}
+
+
+def crossover_model(rows, elements):
+    """Predicted seconds per tensor and rank: allgather = (P-1) payloads / B + decoding P
+    payloads (measured, linear in P), ring allreduce = 2 (P-1)/P x bytes / B (fp32: 4 bytes
+    per element, fp16: 2). Per link and pipeline, the largest P at which the allgather is
+    still faster."""
+    out = {}
+    for pipeline in dict.fromkeys(r["pipeline"] for r in rows):
+        mine = [r for r in rows if r["pipeline"] == pipeline]
+        slope, intercept = np.polyfit([r["ranks"] for r in mine],
+                                      [r["decode_ms"] / 1e3 for r in mine], 1)
+        payload = mine[0]["payload_bytes"]
+        for link, rate in LINK_RATES.items():
+            bandwidth = rate / 8
+            for dense, width in (("fp32", 4), ("fp16", 2)):
+                limit = None
+                for ranks in range(2, 4097):
+                    gather = (ranks - 1) * payload / bandwidth + intercept + slope * ranks
+                    ring = 2 * (ranks - 1) / ranks * width * elements / bandwidth
+                    if gather >= ring:
+                        break
+                    limit = ranks
+                out[f"{pipeline} vs {dense} at {link}"] = limit
+        out[f"{pipeline} decode ms per payload"] = 1e3 * slope
+    return out
+
+
+def plot_scaling(report, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for pipeline in dict.fromkeys(r["pipeline"] for r in report["rows"]):
+        mine = [r for r in report["rows"] if r["pipeline"] == pipeline]
+        axes[0].plot([r["ranks"] for r in mine], [r["decode_ms"] for r in mine], marker="o",
+                     label=pipeline)
+    axes[0].set(xscale="log", xlabel="ranks P (payloads decoded per rank)",
+                ylabel="decode + sum (ms, one rank)", title=f"decoding {report['tensor']}")
+    axes[0].legend()
+    ranks = np.arange(2, 129)
+    elements = report["elements"]
+    for link, rate in LINK_RATES.items():
+        bandwidth = rate / 8
+        line, = axes[1].plot(ranks, 1e3 * 2 * (ranks - 1) / ranks * 2 * elements / bandwidth,
+                             linestyle="--", label=f"ring fp16, {link}")
+        mine = [r for r in report["rows"] if r["pipeline"] == "golomb+fp16"]
+        slope, intercept = np.polyfit([r["ranks"] for r in mine], [r["decode_ms"] / 1e3 for r in mine], 1)
+        gather = (ranks - 1) * mine[0]["payload_bytes"] / bandwidth + intercept + slope * ranks
+        axes[1].plot(ranks, 1e3 * gather, color=line.get_color(), label=f"golomb+fp16 allgather, {link}")
+    axes[1].set(xscale="log", yscale="log", xlabel="ranks P", ylabel="predicted ms per tensor",
+                title="allgather of payloads vs ring allreduce")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+FUZZ_INDEX = ["raw", "bitmap", "rle", "huffman", "deflate", "varint", "golomb", "entropy", "bloom",
+              {"id": "bloom", "policy": "conflict"}, "seeded", "dense"]
+FUZZ_VALUE = ["raw", "fp16", "bf16", "deflate", {"id": "qsgd", "seed": 0}, "polyfit", "dexp",
+              "entropy"]
+
+
+def fuzz_payloads(rng):
+    """Valid payloads of every index and value codec (2-D and 1-D tensors, two densities)."""
+    from deepreduce_hvd.compression.sparsify import randomk
+    out = []
+    for shape in ((60, 50), (3000,)):
+        dense = rng.standard_normal(shape).astype(np.float32)
+        for density in (0.02, 0.3):
+            values, indices = topk(dense, density)
+            for index in FUZZ_INDEX:
+                for value in FUZZ_VALUE:
+                    if index == "seeded":
+                        values, indices = randomk(dense, density, 7)
+                    elif index == "dense":
+                        values, indices = dense.ravel(), np.arange(dense.size)
+                    try:
+                        out.append(SparseCodec(index=index, value=value).encode(
+                            values, indices, shape, dense=dense, seed=7))
+                    except Exception:  # noqa: BLE001 - a pair that cannot take these values
+                        pass
+    return out
+
+
+def mutate(payload, rng):
+    """A corrupted copy: flipped bytes, a truncation, an insertion or a rewritten header
+    varint; half of them resealed with a valid checksum (so the parser gets past it)."""
+    import zlib
+
+    from deepreduce_hvd.wire.payload import HEADER
+    body = bytearray(payload[HEADER:])
+    kind = rng.integers(4)
+    if kind == 0:
+        for _ in range(rng.integers(1, 5)):
+            body[rng.integers(len(body))] = rng.integers(256)
+    elif kind == 1:
+        body = body[:rng.integers(len(body))]
+    elif kind == 2:
+        at = rng.integers(len(body) + 1)
+        body[at:at] = rng.integers(0, 256, rng.integers(1, 9), dtype=np.uint8).tobytes()
+    else:  # a header field (dims, count, section lengths) replaced by a large varint
+        at = rng.integers(2, min(len(body), 24))
+        big = int(rng.choice([2**31, 2**28, 2**40, 10**6, 255]))
+        enc = bytearray()
+        while True:
+            enc.append((big & 0x7F) | (0x80 if big > 0x7F else 0))
+            big >>= 7
+            if not big:
+                break
+        body[at:at + 1] = enc
+    sealed = rng.random() < 0.5
+    crc = zlib.crc32(bytes(body)) if sealed else int.from_bytes(payload[3:7], "little")
+    return payload[:3] + crc.to_bytes(4, "little") + bytes(body), sealed
+
+
+def _fuzz_child(mutants, seed, out_path):
+    """Decode mutants in this process; writes a JSON report (read by bench_fuzz)."""
+    import tracemalloc
+    from pathlib import Path
+
+    from deepreduce_hvd.errors import DeepReduceError
+    rng = np.random.default_rng(seed)
+    bases = fuzz_payloads(rng)
+    report = {"payloads": len(bases), "mutants": 0, "sealed": 0, "refused": 0, "decoded": 0,
+              "escapes": [], "slowest_s": 0.0, "largest_mb": 0.0}
+    tracemalloc.start()
+    for _ in range(mutants):
+        data, sealed = mutate(bases[rng.integers(len(bases))], rng)
+        report["mutants"] += 1
+        report["sealed"] += sealed
+        tracemalloc.reset_peak()
+        start = time.perf_counter()
+        try:
+            values, indices, _ = decode(data, max_elements=1 << 22)
+            report["decoded"] += 1
+        except DeepReduceError:
+            report["refused"] += 1
+        except Exception as exc:  # noqa: BLE001 - what the fuzzer is looking for
+            report["escapes"].append(f"{type(exc).__name__}: {exc}"[:300])
+        report["slowest_s"] = max(report["slowest_s"], time.perf_counter() - start)
+        report["largest_mb"] = max(report["largest_mb"], tracemalloc.get_traced_memory()[1] / 2**20)
+    Path(out_path).write_text(json.dumps(report))
+
+
+def bench_fuzz(mutants, seed):
+    """Runs the decoding in a child process, so an abort (a C++ terminate, a crash) shows as
+    a dead child instead of killing the benchmark."""
+    import subprocess
+    import sys
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        proc = subprocess.run([sys.executable, "-c",
+                               "import sys; from bench_codecs import _fuzz_child; "
+                               "_fuzz_child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])",
+                               str(mutants), str(seed), out.name], capture_output=True, text=True)
+        if proc.returncode:
+            return {"aborted": True, "returncode": proc.returncode, "stderr": proc.stderr[-2000:]}
+        report = json.loads(open(out.name).read())
+    report["aborted"] = False
+    report["escape_count"] = len(report["escapes"])
+    report["escapes"] = report["escapes"][:20]
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python scripts/bench_codecs.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    codecs = sub.add_parser("codecs", help="index codecs on real gradients")
+    codecs.add_argument("--gradients", required=True, help=".npz of named dense arrays")
+    codecs.add_argument("--density", type=float, default=0.01)
+    codecs.add_argument("--min-size", type=int, default=1000)
+    codecs.add_argument("--json", help="also write the report here")
+    codecs.add_argument("--plot", help="PNG of bits per element against density")
+    bloom = sub.add_parser("bloom", help="C++ vs numpy Bloom query over a whole tensor")
+    bloom.add_argument("--size", type=int, default=25_000_000)
+    bloom.add_argument("--density", type=float, default=0.01)
+    bloom.add_argument("--repeats", type=int, default=5)
+    top = sub.add_parser("topk", help="sampled-threshold top-k against torch.topk")
+    top.add_argument("--size", type=int, default=25_000_000)
+    top.add_argument("--density", type=float, default=0.01)
+    top.add_argument("--repeats", type=int, default=5)
+    hot = sub.add_parser("hotpath", help="compress and 32-rank decode of one large gradient vs a copy")
+    hot.add_argument("--gradients", required=True)
+    hot.add_argument("--density", type=float, default=0.01)
+    hot.add_argument("--json", help="also write the report here")
+    scale = sub.add_parser("scaling", help="decode cost against the number of ranks, crossover model")
+    scale.add_argument("--gradients", required=True)
+    scale.add_argument("--density", type=float, default=0.01)
+    scale.add_argument("--json", help="also write the report here")
+    scale.add_argument("--plot", help="PNG of decode cost and predicted times against ranks")
+    fuzz = sub.add_parser("fuzz", help="decode corrupted payloads of every codec")
+    fuzz.add_argument("--mutants", type=int, default=20_000)
+    fuzz.add_argument("--seed", type=int, default=0)
+    fuzz.add_argument("--json", help="also write the report here")
+    args = parser.parse_args(argv)
+    if args.command == "codecs":
+        gradients = load_gradients(args.gradients, args.min_size)
+        report = bench_index_codecs(gradients, args.density)
+        print_index_table(report)
+        report["pipelines"] = bench_pipelines(gradients, args.density)
+        print_pipeline_table(report["pipelines"])
+        if args.plot:
+            report["plot"] = plot_densities(gradients, args.plot)
+            print(f"\nplot written to {args.plot}")
+    elif args.command == "hotpath":
+        report = bench_hotpath(load_gradients(args.gradients, 1000), args.density)
+        print(json.dumps(report, indent=1))
+    elif args.command == "scaling":
+        report = bench_scaling(load_gradients(args.gradients, 1000), args.density)
+        if args.plot:
+            plot_scaling(report, args.plot)
+        print(json.dumps(report, indent=1))
+    elif args.command == "fuzz":
+        report = bench_fuzz(args.mutants, args.seed)
+        print(json.dumps(report, indent=1))
+    else:
+        bench = bench_bloom if args.command == "bloom" else bench_topk
+        report = bench(args.size, args.density, args.repeats)
+        print(json.dumps(report, indent=1))
+    if getattr(args, "json", None):
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
