@@ -33,7 +33,9 @@ def test_every_public_function_is_annotated_and_resolves():
 
 def test_wrapper_base_is_annotated():
     from deepreduce_hvd.comm.base import DeepReduceBase
-    for function in (DeepReduceBase.__init__, DeepReduceBase.stats, DeepReduceBase.reset_stats):
+    from deepreduce_hvd.comm.config import Options
+    for function in (DeepReduceBase.__init__, DeepReduceBase.stats, DeepReduceBase.reset_stats,
+                     DeepReduceBase.state_dict, DeepReduceBase.load_state_dict, Options.__init__):
         assert _unannotated(function) == [], function.__qualname__
         typing.get_type_hints(function)
 
@@ -46,8 +48,9 @@ def test_py_typed_ships_with_the_package():
 
 def test_bad_wrapper_options_raise_deepreduce_error():
     import pytest
-    from deepreduce_hvd.comm.base import DeepReduceBase
+    from deepreduce_hvd.comm.config import Options
     for bad in (dict(hierarchy=True), dict(objective="speed"), dict(ratio=0), dict(warmup_steps=-1),
-                dict(bandwidth="fast"), dict(index="nope")):
+                dict(bandwidth="fast"), dict(index="nope"), dict(device_path="gpu"),
+                dict(hierarchical="yes")):
         with pytest.raises(dr.DeepReduceError):
-            DeepReduceBase(**bad)
+            Options(**bad)

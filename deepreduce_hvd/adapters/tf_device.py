@@ -41,7 +41,8 @@ class DevicePath:
             return tf.reshape(grad, [-1]), None
         with tf.init_scope():
             residual = memory.buffer(name, tuple(tensor.shape), zeros=lambda shape: tf.Variable(
-                tf.zeros(shape, tf.float32), trainable=False, name="deepreduce_residual"))
+                tf.zeros(shape, tf.float32), trainable=False, name="deepreduce_residual"),
+                adopt=lambda array: tf.Variable(array, trainable=False, name="deepreduce_residual"))
         return tf.reshape(residual.assign_add(grad), [-1]), residual
 
     def compress(self, name, tensor, choose_codec):

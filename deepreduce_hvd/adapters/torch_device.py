@@ -58,13 +58,16 @@ class DevicePath:
         if memory is None:
             return grad.reshape(-1), None
         residual = memory.buffer(name, grad.shape, zeros=lambda shape: torch.zeros(
-            shape, dtype=torch.float32, device=grad.device)).view(-1)
+            shape, dtype=torch.float32, device=grad.device),
+            adopt=lambda array: torch.from_numpy(array).to(grad.device)).view(-1)
         return residual.add_(grad.reshape(-1)), residual
 
-    def compress(self, name, tensor, codec=None, fallback=None):
-        """-> frame bytes, as Pipeline.compress gives for the same gradient and residual."""
+    def compress(self, name, tensor, choose=None):
+        """-> frame bytes, as Pipeline.compress gives for the same gradient and residual;
+        choose(size) -> (codec, fallback) picks the codec (default: the pipeline's)."""
         pipeline, start = self.pipeline, time.perf_counter()
         shape, dtype = tuple(tensor.shape), numpy_dtype_name(tensor.dtype)
+        codec, fallback = choose(tensor.numel()) if choose is not None else (None, None)
         compensated, residual = self._compensated(name, tensor)
         if not bool(torch.isfinite(compensated).all()):
             if residual is not None:

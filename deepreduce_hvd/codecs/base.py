@@ -79,5 +79,13 @@ class ValueCodec(Codec):
         """-> ValueEncoding."""
         raise NotImplementedError
 
+    def random_state(self):
+        """The state of the codec's random draws (a plain value), or None if it draws none:
+        saved in checkpoints so a resumed job draws what the uninterrupted one would."""
+        return None
+
+    def set_random_state(self, state):
+        pass
+
     def decode(self, body, count, dtype):
         raise NotImplementedError

@@ -85,6 +85,12 @@ class FixedPair:
     def get_config(self):
         return {"index": self.index.get_config(), "value": self.value.get_config()}
 
+    def random_state(self):
+        return self.value.random_state()
+
+    def set_random_state(self, state):
+        self.value.set_random_state(state)
+
     def encode(self, sparse):
         body, positions, sent = encode_index(self.index, sparse)
         return encode_values(self.index, body, positions, self.value, sent, sparse,
@@ -121,6 +127,12 @@ class SmallestPayload:
         value = ({"id": "auto", "max_error": self.max_error} if self.value is None
                  else self.value.get_config())
         return {"index": index, "value": value}
+
+    def random_state(self):  # its candidates are made afresh (seeded) at every call
+        return None
+
+    def set_random_state(self, state):
+        pass
 
     def index_candidates(self):
         if self.index is not None:

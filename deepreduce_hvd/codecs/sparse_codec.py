@@ -48,6 +48,13 @@ class SparseCodec:
     def get_config(self) -> dict:
         return {**self.selector.get_config(), "arrangement": self.arrangement}
 
+    def random_state(self) -> Any:
+        """The state of its codecs' random draws (qsgd's), a plain value; None if none."""
+        return self.selector.random_state()
+
+    def set_random_state(self, state: Any) -> None:
+        self.selector.set_random_state(state)
+
     @classmethod
     def from_config(cls, config: dict) -> "SparseCodec":
         if not isinstance(config, dict):

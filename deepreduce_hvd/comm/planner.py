@@ -26,19 +26,19 @@ decision: a tensor never goes to an allgather on one rank and an allreduce on an
 """
 import collections
 import math
-import time
 from typing import NamedTuple, Optional
 
 import numpy as np
 
+from ..codecs.choice import is_auto
 from ..codecs.sparse_codec import SparseCodec
 from ..errors import DeepReduceError
 
 ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, PASS = "allreduce", "allreduce_fp16", "allgather", "pass"
+HIERARCHICAL = "hierarchical"
 FALLBACK = ("golomb", "raw")  # exact for any finite values: what a failing candidate is replaced by
-SPARSE_CANDIDATES = (("golomb", "fp16"), ("entropy", "entropy"), ("golomb", "entropy"),
-                     ("entropy", "fp16"))
-EXACT_CANDIDATES = (("golomb", "raw"), ("entropy", "raw"))
+CANDIDATE_INDICES = ("golomb", "entropy")  # what "auto" means in the time-aware mode
+CANDIDATE_VALUES = ("fp16", "entropy")     # (entropy at 0.8 x max_error: the fit's own slack)
 WARM_STEPS = 3           # steps on the prior's choice before exploring (first steps are slow)
 STEPS_PER_CANDIDATE = 3  # measurements of each sparse candidate while exploring
 REVISIT = 25             # then every REVISIT steps the runner-up is measured once more
@@ -91,54 +91,44 @@ def option_label(index, value):
     return f"{name(index)}+{name(value)}"
 
 
-def _fit_line(points):
-    """(intercept, slope) through two (x, seconds) points, both non-negative."""
-    (x0, y0), (x1, y1) = points
-    slope = max((y1 - y0) / (x1 - x0), 0.0)
-    return max(y0 - slope * x0, 0.0), slope
+def candidates(index, value, max_error):
+    """The sparse (index, value) pairs the time-aware planner chooses among: the given codec,
+    or for "auto" each of CANDIDATE_INDICES / CANDIDATE_VALUES (exact values when max_error
+    is 0)."""
+    if is_auto(value):
+        values = ["raw"] if max_error == 0 else [
+            {"id": "entropy", "max_error": 0.8 * max_error} if v == "entropy" else v
+            for v in CANDIDATE_VALUES]
+    else:
+        values = [value]
+    indices = list(CANDIDATE_INDICES) if is_auto(index) else [index]
+    return [(i, v) for i in indices for v in values]
 
 
-def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3):
-    """Costs of each option on this host, from a synthetic gradient (normal values): for the
-    sparse candidates, compress and decompress at two sizes; for the dense options, the
-    compensation and fp16 cast. -> {label: Costs}."""
-    from ..compression.pipeline import \
-        Pipeline  # a scratch pipeline, so the job's residuals stay clean
-    rng = np.random.default_rng(0)
-    grads = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
-    config = pipeline.get_config()
-    costs = {}
+class Policy:
+    """Every decision about how a tensor travels, in one place: passed through unchanged
+    (sparse layouts, integers, empty tensors; small tensors when the codec is fixed), the
+    hierarchical exchange, or the planner's choice of Horovod's allreduce (fp32/fp16) or a
+    sparse allgather with a codec. Pipeline only executes what it is told."""
 
-    def best(fn):
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - start)
-        return min(times), out
+    def __init__(self, planner, hierarchical=False):
+        self.planner, self.hierarchical = planner, hierarchical
 
-    for index, value in candidates:
-        scratch = Pipeline(**{**config, "index": index, "value": value, "memory": "residual"})
-        enc, dec, bits = [], [], []
-        for n in sizes:
-            seconds, frame = best(lambda: scratch.compress(f"calibration.{n}", grads[n]))
-            enc.append((n, seconds))
-            dec.append((n, best(lambda: scratch.decompress(frame, (n,), "float32", 1))[0]))
-            k = max(scratch.selection_count(n), 1)
-            bits.append(8 * len(frame) / k)
-        k_large = max(scratch.selection_count(sizes[1]), 1)
-        enc_fixed, enc_slope = _fit_line(enc)
-        dec_fixed, dec_slope = _fit_line(dec)
-        costs[option_label(index, value)] = Costs(enc_fixed, enc_slope, 0.0, dec_fixed, 0.0,
-                                          dec_slope * sizes[1] / k_large, bits[1])
-    scratch = Pipeline(**{**config, "memory": "residual"})
-    for label, half in ((ALLREDUCE, False), (ALLREDUCE_FP16, True)):
-        points = [(n, best(lambda: scratch.compress_dense(f"calibration.{n}", grads[n], half))[0])
-                  for n in sizes]
-        scratch.memory.reset()
-        fixed, slope = _fit_line(points)
-        costs[label] = Costs(fixed, slope, 0.0, 0.0, 0.0, 0.0, 16.0 if half else 32.0)
-    return costs
+    @staticmethod
+    def passes_through(info):
+        """Tensors no codec takes: sparse layouts, integers, empty tensors."""
+        return info.sparse_layout or not info.is_float or info.size == 0
+
+    def route(self, key, info):
+        """The Plan of a tensor (adapters.base.TensorInfo) at this step."""
+        if self.passes_through(info):
+            return Plan(PASS)
+        small = info.size is not None and info.size < max(self.planner.pipeline.min_size, 1)
+        if self.hierarchical:  # small tensors: Horovod's flat allreduce, on every rank alike
+            return Plan(PASS if small else HIERARCHICAL)
+        if info.size is None:  # a traced graph's shape known only at run time: the allgather,
+            return Plan(ALLGATHER)  # its codec chosen when the graph runs
+        return self.planner.plan(key, info.size, True)
 
 
 class FixedPlanner:
@@ -148,7 +138,7 @@ class FixedPlanner:
         self.pipeline = pipeline
 
     def plan(self, name, size, is_float, kinds=None):
-        if kinds != (ALLGATHER,) and not self.pipeline.compresses(size, is_float):
+        if kinds != (ALLGATHER,) and (not is_float or size < max(self.pipeline.min_size, 1)):
             return Plan(PASS)
         return Plan(ALLGATHER, self.pipeline.codec, "fixed")
 
@@ -157,6 +147,12 @@ class FixedPlanner:
 
     def report(self):
         return {}
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
 
 
 class _TensorState:
@@ -271,6 +267,23 @@ class TimePlanner:
             _record(state.measured.setdefault(state.last, {}), "decode",
                     max(frame.decode_s for frame in received))
         state.last = plan.label
+
+    def state_dict(self):
+        """Every tensor's step, measurements and last choice (plain Python values)."""
+        return {name: {"step": s.step, "last": s.last, "choice": s.choice,
+                       "measured": {label: {key: list(values) for key, values in m.items()}
+                                    for label, m in s.measured.items()}}
+                for name, s in self._tensors.items()}
+
+    def load_state_dict(self, state):
+        self._tensors = {}
+        for name, saved in state.items():
+            s = self._tensors[name] = _TensorState()
+            s.step, s.last, s.choice = int(saved["step"]), saved["last"], saved["choice"]
+            for label, measured in saved["measured"].items():
+                for key, values in measured.items():
+                    for value in values:
+                        _record(s.measured.setdefault(label, {}), key, float(value))
 
     def report(self):
         """Per tensor: the option chosen last, and the predicted seconds of every option."""

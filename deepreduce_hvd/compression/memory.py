@@ -22,10 +22,12 @@ class ResidualMemory:
     def __init__(self):
         self._residuals = {}
 
-    def buffer(self, name, shape, zeros=None):
+    def buffer(self, name, shape, zeros=None, adopt=None):
         """The residual buffer of `name`, to compensate into in place; the first time, a
         float32 numpy array of zeros, or what `zeros(shape)` makes (a framework tensor on the
-        gradient's device, for the wrappers' device path)."""
+        gradient's device, for the wrappers' device path). `adopt(array)` turns a numpy
+        residual (a restored checkpoint's) into such a framework buffer; without it a
+        framework buffer comes back as numpy."""
         shape = tuple(shape)
         residual = self._residuals.get(name)
         if residual is None:
@@ -33,6 +35,10 @@ class ResidualMemory:
         elif tuple(residual.shape) != shape:
             raise DeepReduceError(f"tensor {name!r} changed shape from {residual.shape} to "
                                   f"{shape}; call reset()")
+        elif adopt is not None and isinstance(residual, np.ndarray):
+            residual = self._residuals[name] = adopt(residual)
+        elif adopt is None and not isinstance(residual, np.ndarray):
+            residual = self._residuals[name] = np.array(residual, dtype=np.float32)
         return residual
 
     def compensate(self, name, gradient):
@@ -52,6 +58,23 @@ class ResidualMemory:
 
     def residual(self, name):
         return self._residuals.get(name)
+
+    def items(self):
+        """{name: buffer} (numpy arrays, or the framework buffers of a device path)."""
+        return dict(self._residuals)
+
+    def load(self, residuals, assign=None):
+        """Replace every residual with these float32 arrays (a device path adopts them when it
+        next compensates). assign(buffer, array): copies the array into a framework buffer
+        already in use (a traced graph holds on to it) and says whether it did."""
+        loaded = {}
+        for name, value in residuals.items():
+            array = np.array(value, dtype=np.float32)
+            current = self._residuals.get(name)
+            keep = (current is not None and not isinstance(current, np.ndarray) and assign is not None
+                    and tuple(current.shape) == array.shape and assign(current, array))
+            loaded[name] = current if keep else array
+        self._residuals = loaded
 
     def names(self):
         return set(self._residuals)

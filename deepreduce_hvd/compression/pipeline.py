@@ -12,7 +12,7 @@ import os
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,14 +45,18 @@ class Stats:
         self.tensors_nonfinite = 0
         self.encode_s = self.decode_s = 0.0
 
+    COUNTERS = ("bytes_sent", "dense_bytes", "tensors_compressed", "tensors_allreduced",
+                "tensors_passed_through", "tensors_nonfinite", "encode_s", "decode_s")
+
     def as_dict(self) -> dict[str, Any]:
-        return {"bytes_sent": self.bytes_sent, "dense_bytes": self.dense_bytes,
-                "ratio": self.dense_bytes / self.bytes_sent if self.bytes_sent else 0.0,
-                "tensors_compressed": self.tensors_compressed,
-                "tensors_allreduced": self.tensors_allreduced,
-                "tensors_passed_through": self.tensors_passed_through,
-                "tensors_nonfinite": self.tensors_nonfinite,
-                "encode_s": self.encode_s, "decode_s": self.decode_s}
+        return self.combined([self])
+
+    @classmethod
+    def combined(cls, all_stats) -> dict[str, Any]:
+        """The counters of several pipelines (one per process set) added up, with the ratio."""
+        out = {key: sum(getattr(s, key) for s in all_stats) for key in cls.COUNTERS}
+        out["ratio"] = out["dense_bytes"] / out["bytes_sent"] if out["bytes_sent"] else 0.0
+        return out
 
 
 _POOL = None
@@ -120,9 +124,29 @@ class Pipeline:
                 **self.codec.get_config(), "memory": "residual" if self.memory else None,
                 "min_size": self.min_size, "warmup_steps": self.warmup_steps}
 
-    def compresses(self, size, is_float):
-        """Whether a tensor goes through the codec (else it is passed through unchanged)."""
-        return is_float and size >= max(self.min_size, 1)
+    def state_dict(self) -> dict:
+        """What this pipeline's next steps depend on: the residuals (error feedback), each
+        tensor's step count (density warm-up, random-k seeds), its last decode time (sent in
+        frames) and the codec's random state. Arrays as the memory holds them."""
+        return {"residuals": self.memory.items() if self.memory is not None else {},
+                "steps": self.steps(), "last_decode": dict(self._last_decode),
+                "codec": self.codec.random_state()}
+
+    def steps(self) -> dict:
+        """How many steps each named tensor has taken."""
+        return dict(self._steps)
+
+    def set_steps(self, steps: dict) -> None:
+        self._steps = {name: int(step) for name, step in steps.items()}
+
+    def load_state_dict(self, state: dict, assign: Optional[Callable] = None) -> None:
+        """Restore what state_dict returned (residuals as float32 numpy arrays; `assign`: see
+        ResidualMemory.load)."""
+        if self.memory is not None:
+            self.memory.load(state["residuals"], assign)
+        self.set_steps(state["steps"])
+        self._last_decode = {name: float(s) for name, s in state["last_decode"].items()}
+        self.codec.set_random_state(state["codec"])
 
     def current_ratio(self, name=None):
         """The ratio of tensor `name`'s next selection: `ratio`, or during its density warm-up

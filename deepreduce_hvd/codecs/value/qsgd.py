@@ -47,6 +47,12 @@ class QsgdValue(ValueCodec):
     def min_bits(self, dtype):
         return 2
 
+    def random_state(self):
+        return self._rng.bit_generator.state
+
+    def set_random_state(self, state):
+        self._rng.bit_generator.state = state
+
     def encode(self, values):
         values = finite_float32(values, self.codec_id)
         s = (1 << (self.bits - 1)) - 1

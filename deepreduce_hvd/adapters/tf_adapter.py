@@ -1,0 +1,142 @@
+"""TensorFlow's side of the communicator: the numpy work as `tf.numpy_function` ops (run when
+the step runs, eagerly or in a traced graph), Horovod's TF collectives as ops, and the device
+path of adapters/tf_device.py. A graph's sizes are read when it runs (hvd.size_op), so an
+elastic job's new world size counts without retracing."""
+from __future__ import annotations
+
+import time
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+from .base import Adapter, TensorInfo, add_process_set_once
+from .tf_device import DevicePath
+
+
+class TFAdapter(Adapter):
+
+    def info(self, tensor):
+        size = tensor.shape.num_elements()
+        return TensorInfo(size, tuple(tensor.shape) if size is not None else None,
+                          tensor.dtype.as_numpy_dtype().dtype.name if tensor.dtype.is_floating else
+                          tensor.dtype.name, tensor.dtype.is_floating,
+                          isinstance(tensor, tf.IndexedSlices), tensor.dtype.size,
+                          "GPU" in (tensor.device or "") or bool(tf.config.list_logical_devices("GPU")))
+
+    def host_call(self, fn, inputs, dtype, like=None, out=None):
+        result = tf.numpy_function(fn, list(inputs), tf.as_dtype(dtype), stateful=True)
+        result.set_shape(like.shape if like is not None else [None])
+        return result
+
+    def dims(self, tensor):
+        return tf.shape(tensor, out_type=tf.int64)
+
+    def finish(self, total, like):
+        out = tf.cast(tf.reshape(total, tf.shape(like)), like.dtype)
+        out.set_shape(like.shape)
+        return out
+
+    def scaled(self, total, reduced):
+        return total * reduced[0]
+
+    def cast(self, tensor, like):
+        return tf.cast(tensor, like.dtype)
+
+    def as_float32(self, tensor):
+        return tf.cast(tensor, tf.float32)
+
+    def zeros_float32(self, like):
+        return tf.zeros(tf.shape(like), tf.float32)
+
+    def one(self):
+        return tf.ones([1], tf.float32)
+
+    def eagerly(self):
+        return tf.init_scope()
+
+    def traced(self):
+        return not tf.executing_eagerly()
+
+    def at_run_time(self, fn):
+        if tf.executing_eagerly():
+            fn()
+            return
+
+        def run():
+            fn()
+            return np.int32(0)
+        tf.numpy_function(run, [], tf.int32, stateful=True)  # a stateful op runs every step
+
+    # ---- process sets ----
+    def global_set(self):
+        return hvd.global_process_set
+
+    def set_ranks(self, process_set):
+        return tuple(process_set.ranks or range(hvd.size()))
+
+    def set_size(self, process_set):
+        return process_set.size()
+
+    def set_id(self, process_set):
+        return process_set.process_set_id
+
+    def inverse_size(self, process_set):
+        size = hvd.size_op(process_set_id=process_set.process_set_id)
+        return tf.reshape(1.0 / tf.cast(size, tf.float32), [1])
+
+    def rank(self):
+        return hvd.rank()
+
+    def host_placement(self):
+        return hvd.rank(), hvd.rank() - hvd.local_rank()
+
+    def add_process_set(self, ranks):
+        return add_process_set_once(hvd.add_process_set, ranks)
+
+    # ---- collectives (graph names must be plain: TF names these ops itself) ----
+    def allgather(self, tensor, name, process_set):
+        return hvd.allgather(tensor, process_set=process_set)
+
+    def allreduce_sum(self, tensor, name, process_set):
+        return hvd.allreduce(tensor, op=hvd.Sum, process_set=process_set)
+
+    def broadcast(self, tensor, root, name, process_set):
+        return hvd.broadcast(tensor, root_rank=root, process_set=process_set)
+
+    def time_allreduce(self, elements, half, process_set, name):
+        tensor = tf.zeros([elements], tf.float16 if half else tf.float32)
+        start = time.perf_counter()
+        hvd.allreduce(tensor, name=f"DeepReduce.calibrate.{name}", process_set=process_set).numpy()
+        return time.perf_counter() - start
+
+    def time_allgather(self, elements, process_set, name):
+        tensor = tf.zeros([elements], tf.float32)
+        start = time.perf_counter()
+        hvd.allgather(tensor, name=f"DeepReduce.calibrate.{name}", process_set=process_set).numpy()
+        return time.perf_counter() - start
+
+    def broadcast_object(self, obj, process_set, name):
+        return hvd.broadcast_object(obj, root_rank=min(self.set_ranks(process_set)), name=name,
+                                    process_set=process_set)
+
+    def allgather_numbers(self, values, process_set, name):
+        mine = tf.constant([list(values)], tf.float64)
+        return hvd.allgather(mine, name=name, process_set=process_set).numpy()
+
+    # ---- device path and checkpoints ----
+    def device_path(self, pipeline):
+        return DevicePath(pipeline)
+
+    def export_array(self, array):
+        return np.array(array, dtype=np.float32)
+
+    def import_array(self, value):
+        return np.asarray(value, dtype=np.float32)
+
+    def assign(self, buffer, array):
+        """Copy a restored residual into a variable a traced graph holds (ResidualMemory.load)."""
+        if isinstance(buffer, tf.Variable):
+            buffer.assign(array)
+            return True
+        return False

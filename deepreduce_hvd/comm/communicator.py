@@ -1,0 +1,333 @@
+"""The communicator (GRACE's third role): one object owns every tensor's route.
+
+For each tensor Horovod hands to `compress` the communicator resolves its name and process
+set, asks the policy how it travels (passed through, Horovod's own allreduce as fp32 or fp16,
+a sparse allgather of payloads, or the hierarchical exchange), runs the pipeline (error
+feedback, sparsifier, codec) on the host or on the tensor's device, starts the collectives,
+and in `decompress` decodes, sums, scales and feeds the measured costs back to the planner.
+It is framework-neutral: an adapter (adapters/) supplies the framework's tensors and
+Horovod's collectives. Two phases, so a TensorFlow graph can trace it: the route is chosen at
+compress (trace) time, the encoding and decoding run when the step runs (`host_call`).
+
+Sparse payloads cannot be summed by an allreduce, so for an allgather `compress` hands
+Horovod's allreduce a one-element placeholder holding 1/size and `decompress` multiplies the
+decoded sum by the reduced placeholder, which has gone through Horovod's own op and scale
+factors: 1/size for hvd.Average, 1 for hvd.Sum, gradient_predivide_factor included.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from ..codecs.choice import is_auto
+from ..compression.pipeline import Pipeline, Stats
+from ..errors import DeepReduceError
+from .calibration import calibrate
+from .config import Options
+from .hierarchy import discover
+from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, PASS, FixedPlanner,
+                      Plan, Policy, TimePlanner, candidates)
+from .state import FORMAT, SetState, check_state, set_key
+
+
+class Caller(NamedTuple):
+    """What compress knows about the Horovod call that invoked it."""
+    name: Optional[str] = None
+    process_set: object = None
+    optimizer: bool = False       # a DistributedOptimizer reducing a gradient in place
+    member: Optional[int] = None  # the tensor's position in a grouped allreduce
+
+
+class Flight:
+    """One tensor between compress and decompress: its plan and what decompress needs."""
+    __slots__ = ("plan", "state", "process_set", "name", "key", "tensor", "info", "in_place",
+                 "handle", "plans", "local", "inner", "dense", "total")
+
+    def __init__(self, plan, state, process_set, name, key, tensor, info, in_place=False):
+        self.plan, self.state, self.process_set = plan, state, process_set
+        self.name, self.key, self.tensor, self.info, self.in_place = name, key, tensor, info, in_place
+        self.plans = {"current": plan}  # the plan of the step that runs (a traced graph re-plans)
+        self.handle = self.local = self.inner = self.dense = self.total = None
+
+
+class Communicator:
+    """Routes, encodes, exchanges and decodes every tensor of one DeepReduce compressor."""
+
+    def __init__(self, adapter: Any, options: Options) -> None:
+        self.adapter, self.options = adapter, options
+        self.pipeline = Pipeline(**options.pipeline)  # the default process set's
+        self.sets = {}
+        self._in_flight = []  # hierarchical flights waiting for the exchange between hosts
+        self._warned_unnamed = False
+
+    # ---- process sets and their state ----
+    def process_set(self, caller_set: Any) -> Any:
+        """The set the payload must travel on: the caller's; a different explicit one cannot
+        work (the placeholder and the payload would go to different ranks)."""
+        chosen = self.options.process_set
+        if caller_set is None:
+            return chosen or self.adapter.global_set()
+        if chosen is not None and self.adapter.set_id(caller_set) != self.adapter.set_id(chosen):
+            raise DeepReduceError(
+                f"DeepReduce(process_set={self.adapter.set_id(chosen)}) was handed a tensor "
+                f"reduced over process set {self.adapter.set_id(caller_set)}; give both the same set")
+        return caller_set
+
+    def _key(self, process_set):
+        adapter = self.adapter
+        return set_key(adapter.set_ranks(process_set),
+                       adapter.set_id(process_set) == adapter.set_id(adapter.global_set()))
+
+    def set_state(self, process_set: Any) -> SetState:
+        key = self._key(process_set)
+        if key not in self.sets:
+            default = self.process_set(None)
+            mine = key == self._key(default)
+            self.sets[key] = SetState(self.pipeline if mine else Pipeline(**self.options.pipeline))
+        return self.sets[key]
+
+    def policy(self, state: SetState, process_set: Any) -> Policy:
+        """The set's policy, built on first use: the planner (calibrated on the set, or on
+        the hosts' leaders in the hierarchical mode) and the hierarchy of hosts."""
+        if state.policy is None:
+            exchange = process_set
+            if self.options.hierarchical:
+                if self.adapter.set_id(process_set) != self.adapter.set_id(self.adapter.global_set()):
+                    raise DeepReduceError("hierarchical=True reduces over the global process set, "
+                                          f"not process set {self.adapter.set_id(process_set)}")
+                if state.hierarchy is None:
+                    state.hierarchy = discover(self.adapter, process_set) or False
+                if state.hierarchy:
+                    exchange = state.hierarchy.leaders
+            planner = self._planner(state, exchange) if not state.hierarchy or \
+                state.hierarchy.is_leader else FixedPlanner(state.pipeline)
+            state.policy = Policy(planner, hierarchical=bool(state.hierarchy))
+        return state.policy
+
+    def _planner(self, state, process_set):
+        options, pipeline = self.options, state.pipeline
+        if not options.time_aware:
+            return FixedPlanner(pipeline)
+        max_error = pipeline.codec.get_config()["value"].get("max_error", 0.05) \
+            if is_auto(options.value) else None
+        pairs = candidates(options.index, options.value, max_error)
+        ranks = self.adapter.set_size(process_set)
+        if state.calibration is None or state.calibration[2] != ranks:
+            links, priors = calibrate(self.adapter, process_set, pipeline, pairs, options.bandwidth)
+            state.calibration = (links, priors, ranks)
+        links, priors, _ = state.calibration
+        planner = TimePlanner(pipeline, links, ranks, priors, pairs,
+                              allow_fp16=not pipeline.codec.lossless)
+        if state.saved_planner:
+            planner.load_state_dict(state.saved_planner)
+            state.saved_planner = None
+        return planner
+
+    # ---- compress ----
+    def compress(self, tensor: Any, caller: Caller) -> tuple:
+        """-> (what Horovod's allreduce gets, the flight decompress takes; None: unchanged)."""
+        adapter = self.adapter
+        info = adapter.info(tensor)
+        process_set = self.process_set(caller.process_set)
+        state = self.set_state(process_set)
+        if Policy.passes_through(info):
+            plan = Plan(PASS)
+        else:
+            key = caller.name if caller.name is not None else \
+                f"unnamed:{info.shape}:{info.dtype}:{caller.member}"
+            with adapter.eagerly():  # calibration (once) runs now, also while tracing a graph
+                plan = self.policy(state, process_set).route(key, info)
+        if plan.kind == PASS:
+            adapter.at_run_time(lambda: state.pipeline.passed_through(info.size or 0, info.itemsize))
+            return tensor, None
+        if caller.name is None:
+            self._warn_unnamed()
+        flight = Flight(plan, state, process_set, caller.name, key, tensor, info, caller.optimizer)
+        if plan.kind == HIERARCHICAL:
+            return self._start_across_hosts(flight)
+        return self._send(flight), flight
+
+    def _send(self, flight):
+        """What goes to Horovod's allreduce: the compensated tensor (dense plans), or the
+        placeholder of the started allgather of this rank's payload."""
+        adapter, plan, state, name = self.adapter, flight.plan, flight.state, flight.name
+        if plan.kind in (ALLREDUCE, ALLREDUCE_FP16):
+            half = plan.kind == ALLREDUCE_FP16
+            if self._on_device(flight):
+                return self._device(state).compress_dense(name, flight.tensor, half)
+            return adapter.host_call(lambda dense: state.pipeline.compress_dense(name, dense, half),
+                                     [flight.tensor], "float16" if half else "float32",
+                                     like=flight.tensor)
+        choose = self._chooser(flight)
+        if self._on_device(flight):
+            frame = adapter.as_frame(self._device(state).compress(name, flight.tensor, choose))
+        else:
+            def encode(dense):
+                codec, fallback = choose(dense.size)
+                return np.frombuffer(bytearray(state.pipeline.compress(name, dense, codec, fallback)),
+                                     np.uint8)
+            frame = adapter.host_call(encode, [flight.tensor], "uint8")
+        process_set = flight.process_set
+        flight.handle = adapter.allgather(
+            frame, f"DeepReduce.{flight.key}@{adapter.set_id(process_set)}", process_set)
+        return adapter.inverse_size(process_set)
+
+    def _chooser(self, flight):
+        """size -> (codec, fallback): the plan's codec, or where the step is traced into a
+        graph (or its shape known only then) the planner's choice each time the graph runs."""
+        plan = flight.plan
+        if plan.codec is not None and not self.adapter.traced():
+            return lambda size: (plan.codec, plan.fallback)
+        planner = flight.state.policy.planner
+
+        def choose(size):
+            step = planner.plan(flight.key, size, True, kinds=(ALLGATHER,))
+            flight.plans["current"] = step
+            return step.codec, step.fallback
+        return choose
+
+    def _on_device(self, flight):
+        """Whether this tensor is compensated and selected by framework ops on its device."""
+        info, device_path = flight.info, self.options.device_path
+        wanted = info.on_device if device_path == "auto" else bool(device_path)
+        return wanted and info.size is not None and (
+            flight.plan.kind != ALLGATHER or self._device(flight.state).supports())
+
+    def _device(self, state):
+        if state.device is None:
+            state.device = self.adapter.device_path(state.pipeline)
+        return state.device
+
+    # ---- decompress ----
+    def decompress(self, reduced: Any, flight: Optional[Flight]) -> Any:
+        if flight is None:
+            return reduced
+        if flight.plan.kind == HIERARCHICAL:
+            if flight.total is None:
+                self._exchange_across_hosts(flight.state.hierarchy)
+            return self.adapter.finish(self.adapter.scaled(flight.total, reduced), flight.tensor)
+        return self._receive(reduced, flight)
+
+    def _receive(self, reduced, flight):
+        """The reduced tensor of a flight: cast back, or every rank's payload decoded, summed
+        in rank order (the same bits on every rank) and scaled by the reduced placeholder."""
+        adapter, state, planner = self.adapter, flight.state, flight.state.policy.planner
+        if flight.handle is None:  # Horovod's own allreduce carried it
+            adapter.at_run_time(lambda: planner.observe(flight.key, flight.plan, (), 0.0))
+            return adapter.cast(reduced, flight.tensor)
+        gathered = adapter.wait(flight.handle)
+        process_set = flight.process_set
+
+        def decode(frames, scale, dims, out=None):
+            start = time.perf_counter()
+            total, received = state.pipeline.decompress(
+                frames, tuple(int(d) for d in dims), flight.info.dtype,
+                adapter.set_size(process_set), flight.key, out=out,
+                scale=float(np.ravel(scale)[0]))
+            planner.observe(flight.key, flight.plans["current"], received,
+                            time.perf_counter() - start)
+            return total.reshape(-1)
+
+        total = adapter.host_call(decode, [gathered, reduced, adapter.dims(flight.tensor)],
+                                  "float32", out=adapter.output_buffer(flight.tensor, flight.in_place))
+        return adapter.finish(total, flight.tensor)
+
+    # ---- the hierarchical mode ----
+    def _start_across_hosts(self, flight):
+        """Start the host's dense sum; the rest waits for decompress, where every tensor in
+        flight is exchanged at once (a wait per tensor would cost a Horovod cycle each)."""
+        hierarchy = flight.state.hierarchy
+        if hierarchy.local is not None:
+            flight.local = self.adapter.allreduce_sum(flight.tensor, f"DeepReduce.host.{flight.key}",
+                                                      hierarchy.local)
+        self._in_flight.append(flight)
+        return self.adapter.inverse_size(flight.process_set), flight
+
+    def _exchange_across_hosts(self, hierarchy):
+        """Every tensor in flight, stage by stage: the hosts' sums; the leaders encode them
+        and exchange (sparse payloads or dense, as the planner chooses) and decode; then each
+        leader broadcasts the totals to its host."""
+        adapter = self.adapter
+        batch, self._in_flight = self._in_flight, []
+        sums = [adapter.wait(f.local) if f.local is not None else f.tensor for f in batch]
+        if hierarchy.is_leader:
+            for f, host_sum in zip(batch, sums):
+                plan = f.state.policy.planner.plan(f.key, f.info.size, True)
+                f.inner = Flight(plan, f.state, hierarchy.leaders, f.name, f.key, host_sum, f.info)
+                sent = self._send(f.inner)
+                if f.inner.handle is None:  # dense between hosts: the leaders sum the host sums
+                    f.dense = adapter.allreduce_sum(sent, f"DeepReduce.hosts.{f.key}",
+                                                    hierarchy.leaders)
+            for f in batch:
+                reduced = adapter.wait(f.dense) if f.dense is not None else adapter.one()
+                f.total = adapter.as_float32(self._receive(reduced, f.inner))
+        else:
+            for f in batch:
+                f.total = adapter.zeros_float32(f.tensor)
+        if hierarchy.local is not None:
+            shares = [adapter.broadcast(f.total, hierarchy.hosts.leader, f"DeepReduce.share.{f.key}",
+                                        hierarchy.local) for f in batch]
+            for f, share in zip(batch, shares):
+                f.total = adapter.wait(share)
+
+    # ---- names ----
+    def _warn_unnamed(self):
+        if self.pipeline.memory is not None and not self._warned_unnamed:
+            self._warned_unnamed = True
+            warnings.warn("DeepReduce: a compressed tensor has no name, so it gets no error "
+                          "feedback (residual memory). Name it: pass named_parameters to the "
+                          "optimizer and call compression.name_parameters(...), or give "
+                          "hvd.allreduce a name=.", RuntimeWarning, stacklevel=4)
+
+    # ---- stats and state ----
+    def stats(self) -> dict[str, Any]:
+        """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_allreduced,
+        tensors_passed_through, tensors_nonfinite, encode_s, decode_s (this rank, every
+        process set, since the last reset) and, in the time-aware mode, "tensors": each
+        tensor's choice with the predicted and measured costs behind it."""
+        states = self.sets.values() or [SetState(self.pipeline)]
+        out = Stats.combined([s.pipeline.stats for s in states])
+        if self.options.time_aware:  # empty before the first step
+            out["tensors"] = {}
+            for s in states:
+                if s.policy is not None:
+                    out["tensors"].update(s.policy.planner.report())
+        return out
+
+    def reset_stats(self) -> None:
+        self.pipeline.stats.reset()
+        for s in self.sets.values():
+            s.pipeline.stats.reset()
+
+    def config(self) -> dict:
+        return self.pipeline.get_config()
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state (residuals differ between ranks: save it on every rank)."""
+        return {"format": FORMAT, "config": self.config(),
+                "sets": {key: s.state_dict(self.adapter.export_array) for key, s in self.sets.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what state_dict returned (on this rank), before the next step."""
+        sets = check_state(state, self.config())
+        default = self._key(self.process_set(None))
+        for key, saved in sets.items():
+            if key not in self.sets:
+                pipeline = self.pipeline if key == default else Pipeline(**self.options.pipeline)
+                self.sets[key] = SetState(pipeline)
+            self.sets[key].load_state_dict(saved, self.adapter.import_array, self.adapter.assign)
+
+    def rejoin(self) -> None:
+        """After an elastic job's ranks changed (every rank calls it): the sets other than
+        the global one are gone; routing, calibration and hosts are measured again on every
+        rank alike, and each tensor's step count is rank 0's. Residuals stay with their ranks."""
+        adapter, everyone = self.adapter, self.adapter.global_set()
+        self._in_flight = []
+        self.sets = {key: s for key, s in self.sets.items() if key == self._key(everyone)}
+        state = self.set_state(everyone)
+        state.reset_routing()
+        steps = adapter.broadcast_object(state.pipeline.steps(), everyone, "DeepReduce.rejoin")
+        state.pipeline.set_steps(steps)

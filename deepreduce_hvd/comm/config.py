@@ -1,0 +1,64 @@
+"""DeepReduce's options, validated once: every bad option is a DeepReduceError at construction."""
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from ..codecs.choice import is_auto
+from ..codecs.sparse_codec import CodecSpec
+from ..compression.pipeline import Pipeline
+from ..errors import DeepReduceError
+from .planner import parse_bandwidth
+
+OBJECTIVES = ("time", "bytes")
+DEVICE_PATHS = ("auto", True, False)
+
+
+class Options:
+    """The options of `DeepReduce` (both frameworks).
+
+      sparsifier: "topk" (default), "randomk", "threshold" or "none"; ratio (0.01), threshold.
+      index, value: codec ids or configs (see deepreduce_hvd.SparseCodec); "auto" (the default
+        for both) lets the planner choose per tensor; value {"id": "auto", "max_error": e}
+        bounds the relative L2 error of lossy value codecs (default 0.05).
+      memory: "residual" (error feedback, the default) or None.
+      min_size: tensors with fewer elements are never sparsified (default 1000).
+      warmup_steps: density warm-up: each tensor starts at 25% density, decaying
+        geometrically to `ratio` over this many steps (default 0: off; see Pipeline).
+      objective: "time" (default): with an "auto" codec, each tensor takes the way with the
+        least predicted time, Horovod's own fp32 or fp16 allreduce included; "bytes": the
+        smallest payload every time.
+      bandwidth: the link's bits per second (a number or "1gbit", "100mbit"); by default it is
+        measured once with the job's own collectives.
+      process_set: the Horovod process set the gradients are reduced over (default: the
+        optimizer's or allreduce's own, else the global set).
+      device_path: where error feedback and selection run. "auto" (default): on the tensor's
+        device when it is not the host CPU (only the selected values and positions cross to
+        the host); True: always as framework ops (top-k and threshold); False: never.
+      hierarchical: for jobs that span hosts: dense sums inside each host, payloads between
+        one leader per host (needs Horovod's dynamic process sets).
+      seed: for random-k.
+    """
+
+    def __init__(self, sparsifier: str = "topk", ratio: float = 0.01, threshold: float = 0.0,
+                 index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
+                 memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
+                 objective: str = "time", bandwidth: Union[None, float, str] = None,
+                 process_set: Any = None, warmup_steps: int = 0,
+                 device_path: Union[str, bool] = "auto", hierarchical: bool = False,
+                 **unknown: Any) -> None:
+        if unknown:
+            raise DeepReduceError(f"DeepReduce got unknown options {sorted(unknown)}")
+        if objective not in OBJECTIVES:
+            raise DeepReduceError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
+        if device_path not in DEVICE_PATHS:
+            raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
+        if not isinstance(hierarchical, bool):
+            raise DeepReduceError(f"hierarchical must be True or False, not {hierarchical!r}")
+        self.pipeline = dict(sparsifier=sparsifier, ratio=ratio, threshold=threshold, index=index,
+                             value=value, arrangement=arrangement, memory=memory,
+                             min_size=min_size, seed=seed, warmup_steps=warmup_steps)
+        Pipeline(**self.pipeline)  # validates the pipeline's options
+        self.index, self.value = index, value
+        self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)
+        self.process_set, self.device_path, self.hierarchical = process_set, device_path, hierarchical
+        self.time_aware = objective == "time" and (is_auto(index) or is_auto(value))
