@@ -1,30 +1,104 @@
-"""Launch a worker script on 2 real Horovod ranks over Gloo, with a time limit."""
+"""Launch workers on real Horovod ranks over Gloo and read what each rank recorded.
+
+A worker's checks are its check_* functions (found here by parsing the file, so a new check
+runs without being listed); each rank writes one JSON line per check (tests/workers/
+harness.py). `run_checks` runs them in one horovodrun job; when one fails or hangs, a fresh
+job runs the checks after it, so one failure does not hide the others.
+"""
+import ast
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "workers"
+RUNNER = Path(sys.executable).parent / "horovodrun"
+NOISE = ("oneDNN", "cudart_stub", "cpu_feature_guard", "absl::InitializeLog", "AVX2 AVX512",
+         "rebuild TensorFlow")
 
 
 def horovodrun(script, *args, np_=2, timeout=300, env=None, hosts=None):
     """Run script (a path, or a name in WORKERS) with horovodrun; returns CompletedProcess
     (stdout and stderr merged). hosts: horovodrun's -H (default all on localhost); e.g.
     "localhost:2,127.0.0.1:2" makes Horovod see two hosts of two ranks on this machine."""
-    runner = Path(sys.executable).parent / "horovodrun"
-    cmd = [str(runner), "-np", str(np_), "-H", hosts or f"localhost:{np_}", "--gloo",
+    cmd = [str(RUNNER), "-np", str(np_), "-H", hosts or f"localhost:{np_}", "--gloo",
            sys.executable, str(WORKERS / script), *map(str, args)]
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-                "TF_CPP_MIN_LOG_LEVEL": "3", "HOROVOD_CYCLE_TIME": "1", **(env or {})}
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, env=full_env, cwd=ROOT)
+    return run_job(cmd, timeout, env)
 
 
-def results(proc):
-    """The RESULT lines a worker printed (rank-prefixed by horovodrun)."""
-    return [line.split("RESULT ", 1)[1] for line in proc.stdout.splitlines() if "RESULT " in line]
+def run_job(cmd, timeout, env=None):
+    """CompletedProcess of cmd (stdout and stderr merged); on timeout every process it started
+    is killed (the whole session) and subprocess.TimeoutExpired raised."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=worker_env(env), cwd=ROOT, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout, output=output) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, output)
+
+
+def worker_env(extra=None):
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(WORKERS)]),
+            "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "HOROVOD_CYCLE_TIME": "1",
+            **(extra or {})}
+
+
+def discover(script):
+    """The names of a worker's checks (its top-level check_* functions), in file order."""
+    tree = ast.parse((WORKERS / script).read_text())
+    return [node.name[len("check_"):] for node in tree.body
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")]
+
+
+class Outcome(NamedTuple):
+    passed: int   # ranks that recorded it as passed
+    failures: list  # what the failing ranks recorded
+    output: str   # the job's output, without TensorFlow's start-up noise
+
+
+def read_results(folder):
+    lines = []
+    for path in Path(folder).glob("*.jsonl"):
+        lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines
+
+
+def run_checks(script, names=None, np_=2, hosts=None, env=None, timeout=1800, check_timeout=600):
+    """{check: Outcome} for a worker's checks (all of them, or `names`, in that order)."""
+    pending, outcome = list(names or discover(script)), {}
+    while pending:
+        with tempfile.TemporaryDirectory() as folder:
+            job_env = {"DEEPREDUCE_RESULTS": folder, "CHECK_TIMEOUT": str(check_timeout), **(env or {})}
+            try:
+                output = horovodrun(script, *pending, np_=np_, timeout=timeout, env=job_env,
+                                    hosts=hosts).stdout
+            except subprocess.TimeoutExpired as exc:
+                output = (exc.output or "") + f"\n[job timed out after {timeout} s]"
+            lines = read_results(folder)
+        output = "\n".join(line for line in output.splitlines() if not any(n in line for n in NOISE))
+        for name in pending:
+            mine = [line for line in lines if line["check"] == name]
+            outcome[name] = Outcome(sum(line["ok"] for line in mine),
+                                    [f"rank {line['rank']}: {line['detail']}" for line in mine
+                                     if not line["ok"]], output)
+        failed = next((name for name in pending if outcome[name].passed != np_), None)
+        pending = [] if failed is None else pending[pending.index(failed) + 1:]
+    return outcome
+
+
+def explain(outcome, check, np_):
+    result = outcome[check]
+    failures = "\n".join(result.failures)
+    return (f"{check}: {result.passed} of {np_} ranks passed\n{failures}\n"
+            f"the job's output:\n{result.output[-6000:]}")
 
 
 def train_history(script, tmp_path, tag, *args, epochs):

@@ -3,7 +3,8 @@ import pytest
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.comm.planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, Costs, LinkModel,
-                                    TimePlanner)
+                                         Plan, TimePlanner)
+from deepreduce_hvd.wire.frames import PAYLOAD, Frame
 
 CANDIDATES = [("golomb", "fp16")]
 GBIT = LinkModel(latency=1e-4, bandwidth=1e9 / 8)
@@ -54,3 +55,73 @@ def test_same_inputs_same_choices():
         for name, size in (("a", 4_000_000), ("b", 50_000), ("c", 900)):
             one, other = first.plan(name, size, True), second.plan(name, size, True)
             assert (one.kind, one.label) == (other.kind, other.label)
+
+
+TWO = [("golomb", "fp16"), ("entropy", "entropy")]
+
+
+def two_candidates(ranks=2):
+    costs = priors()
+    costs["entropy+entropy"] = costs["golomb+fp16"]._replace(bits_per_selected=12.0)
+    return TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": GBIT, "allgather": GBIT}, ranks,
+                       costs, TWO, warm_steps=2, explore_steps=2, revisit=5)
+
+
+def frames_of(encode_s, nbytes, decode_s, ranks=2):
+    return [Frame(r, PAYLOAD, memoryview(bytes(nbytes)), encode_s, decode_s) for r in range(ranks)]
+
+
+def test_exploration_tries_each_candidate_then_settles_and_revisits_the_runner_up():
+    """Warm steps on the prior's choice, each candidate for explore_steps steps, then the
+    cheapest measured one, with the runner-up measured again every `revisit` steps."""
+    planner, size, labels = two_candidates(), 4_000_000, []
+    cost = {"golomb+fp16": (0.004, 9000), "entropy+entropy": (0.002, 6000)}
+    for step in range(20):
+        plan = planner.plan("w", size, True)
+        labels.append(plan.label)
+        encode_s, nbytes = cost[plan.label]
+        planner.observe("w", plan, frames_of(encode_s, nbytes, 0.001), 0.001)
+    prior_choice = labels[0]
+    assert labels[:2] == [prior_choice] * 2
+    assert labels[2:6] == ["golomb+fp16"] * 2 + ["entropy+entropy"] * 2  # in candidate order
+    settled = labels[6:]
+    assert settled.count("golomb+fp16") == 2 and settled.count("entropy+entropy") == 12
+    assert [i for i, label in enumerate(settled) if label == "golomb+fp16"] == [4, 9]
+    measured = planner.report()["w"]["measured"]
+    assert measured["entropy+entropy"]["encode"] == 0.002 and measured["golomb+fp16"]["bytes"] == 9000
+
+
+def test_observe_keeps_the_least_of_recent_costs_and_decode_of_the_previous_step():
+    """Stalls only add time: a cost is the least of the window; a frame's decode time is the
+    sender's decode of the previous step, credited to the option used then."""
+    planner = two_candidates()
+    plan = planner.plan("w", 4_000_000, True)
+    planner.observe("w", plan, frames_of(0.010, 5000, 0.0), 0.0)
+    planner.observe("w", plan, frames_of(0.003, 5000, 0.007), 0.0)
+    planner.observe("w", plan, frames_of(0.050, 5000, 0.004), 0.0)
+    seen = planner.report()["w"]["measured"][plan.label]
+    assert seen["encode"] == 0.003 and seen["decode"] == 0.004 and seen["bytes"] == 5000
+
+
+def test_observe_uses_the_slowest_rank_and_dense_steps_leave_no_measurement():
+    planner = two_candidates()
+    plan = planner.plan("w", 4_000_000, True)
+    planner.observe("w", plan, [Frame(0, PAYLOAD, memoryview(bytes(10)), 0.001, 0.0),
+                                Frame(1, PAYLOAD, memoryview(bytes(30)), 0.009, 0.0)], 0.0)
+    seen = planner.report()["w"]["measured"][plan.label]
+    assert seen["encode"] == 0.009 and seen["bytes"] == 20
+    planner.observe("w", Plan(ALLREDUCE_FP16, label=ALLREDUCE_FP16), (), 0.0)
+    assert set(planner.report()["w"]["measured"]) == {plan.label}
+
+
+def test_planner_state_round_trips():
+    first, second = two_candidates(), two_candidates()
+    for _ in range(9):
+        plan = first.plan("w", 4_000_000, True)
+        first.observe("w", plan, frames_of(0.002 if "entropy" in plan.label else 0.004, 7000, 0.001), 0.0)
+    second.load_state_dict(first.state_dict())
+    for _ in range(12):
+        one, other = first.plan("w", 4_000_000, True), second.plan("w", 4_000_000, True)
+        assert one.label == other.label
+        for p in (first, second):
+            p.observe("w", one, frames_of(0.002, 7000, 0.001), 0.0)

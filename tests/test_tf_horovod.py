@@ -1,29 +1,31 @@
 """deepreduce_hvd.tensorflow on 2 and 4 real Horovod ranks over Gloo (horovodrun, no mocks)."""
 import pytest
 
-from horovod_run import assert_accuracy_close, horovodrun, results, train_history
+from horovod_run import assert_accuracy_close, discover, explain, run_checks, train_history
 
 pytestmark = [pytest.mark.horovod, pytest.mark.tensorflow]
 
-CHECKS = ["eager", "tf_function", "gradient_tape", "mismatch", "keras3_gradients", "time_aware",
-          "device_path"]
+# checks that need another environment: {check: (environment, rank counts)}
+SPECIAL = {"keras_fit": ({"TF_USE_LEGACY_KERAS": "1"}, [2])}
+CHECKS = [check for check in discover("tf_checks.py") if check not in SPECIAL]
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"{n}ranks")
 def tf_checks(request):
-    proc = horovodrun("tf_checks.py", *CHECKS, np_=request.param, timeout=900)
-    return request.param, proc, results(proc)
+    return request.param, run_checks("tf_checks.py", CHECKS, np_=request.param)
 
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_check_passes_on_every_rank(tf_checks, check):
-    ranks, proc, lines = tf_checks
-    assert lines.count(f"{check} ok") == ranks, proc.stdout[-4000:]
+    ranks, outcome = tf_checks
+    assert outcome[check].passed == ranks, explain(outcome, check, ranks)
 
 
-def test_keras_fit_with_tf_keras():
-    proc = horovodrun("tf_checks.py", "keras_fit", timeout=600, env={"TF_USE_LEGACY_KERAS": "1"})
-    assert results(proc).count("keras_fit ok") == 2, proc.stdout[-4000:]
+@pytest.mark.parametrize("check, ranks", [(check, ranks) for check, (_, counts) in SPECIAL.items()
+                                           for ranks in counts])
+def test_check_in_its_own_environment(check, ranks):
+    outcome = run_checks("tf_checks.py", [check], np_=ranks, env=SPECIAL[check][0])
+    assert outcome[check].passed == ranks, explain(outcome, check, ranks)
 
 
 def test_training_accuracy_within_two_points_of_dense(tmp_path):

@@ -16,18 +16,6 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 _ADDED_SETS = {}  # ranks -> the process set DeepReduce added for them (Horovod refuses twins)
 
 
-def add_process_set_once(add, ranks):
-    """Horovod's add_process_set(ranks), or the set added for the same ranks before (every
-    DeepReduce of a job shares the hosts' sets; after an elastic reset they are added anew)."""
-    ranks = tuple(ranks)
-    try:
-        _ADDED_SETS[ranks] = add(list(ranks))
-    except ValueError:
-        if ranks not in _ADDED_SETS:
-            raise
-    return _ADDED_SETS[ranks]
-
-
 class TensorInfo(NamedTuple):
     """What routing needs to know about a tensor, at compress (or trace) time."""
     size: Optional[int]            # elements; None: known only when a traced graph runs
@@ -76,9 +64,6 @@ class Adapter:
     def as_float32(self, tensor: Any) -> Any:
         raise NotImplementedError
 
-    def zeros_float32(self, like: Any) -> Any:
-        raise NotImplementedError
-
     def one(self) -> Any:
         """A one-element float32 tensor holding 1."""
         raise NotImplementedError
@@ -100,18 +85,20 @@ class Adapter:
         """Call fn now, or every time the traced graph runs."""
         fn()
 
-    # ---- process sets ----
+    # ---- process sets (hvd: the framework's horovod module) ----
+    hvd: Any = None
+
     def global_set(self) -> Any:
-        raise NotImplementedError
+        return self.hvd.global_process_set
 
     def set_ranks(self, process_set: Any) -> Tuple[int, ...]:
-        raise NotImplementedError
+        return tuple(process_set.ranks or range(self.hvd.size()))
 
     def set_size(self, process_set: Any) -> int:
-        raise NotImplementedError
+        return process_set.size()
 
     def set_id(self, process_set: Any) -> int:
-        raise NotImplementedError
+        return process_set.process_set_id
 
     def inverse_size(self, process_set: Any) -> Any:
         """The placeholder handed to Horovod's allreduce: one float32 holding 1/size (read
@@ -119,14 +106,22 @@ class Adapter:
         raise NotImplementedError
 
     def rank(self) -> int:
-        raise NotImplementedError
+        return self.hvd.rank()
 
     def host_placement(self) -> Tuple[int, int]:
         """(rank, the first rank of this rank's host)."""
-        raise NotImplementedError
+        return self.hvd.rank(), self.hvd.rank() - self.hvd.local_rank()
 
     def add_process_set(self, ranks: Sequence[int]) -> Any:
-        raise NotImplementedError
+        """Horovod's add_process_set(ranks), or the set added for the same ranks before (every
+        DeepReduce of a job shares the hosts' sets; after an elastic reset they are added anew)."""
+        ranks = tuple(ranks)
+        try:
+            _ADDED_SETS[ranks] = self.hvd.add_process_set(list(ranks))
+        except ValueError:
+            if ranks not in _ADDED_SETS:
+                raise
+        return _ADDED_SETS[ranks]
 
     # ---- collectives (handles resolved by wait) ----
     def allgather(self, tensor: Any, name: str, process_set: Any) -> Any:
@@ -151,7 +146,8 @@ class Adapter:
 
     def broadcast_object(self, obj: Any, process_set: Any, name: str) -> Any:
         """obj of the set's first rank, on every rank of the set."""
-        raise NotImplementedError
+        return self.hvd.broadcast_object(obj, root_rank=min(self.set_ranks(process_set)),
+                                         name=name, process_set=process_set)
 
     def allgather_numbers(self, values: Sequence[float], process_set: Any, name: str) -> Any:
         """Every rank's `values` (float64), a (ranks, len(values)) numpy array in rank order."""
@@ -174,3 +170,15 @@ class Adapter:
     def assign(self, buffer: Any, array: Any) -> bool:
         """Copy a restored array into a framework buffer in use; whether it did."""
         return False
+
+
+class DevicePathBase:
+    """Compensation, selection and the residual update of one Pipeline as framework ops on
+    the tensor's device (adapters/torch_device.py, adapters/tf_device.py): top-k and threshold
+    selection; random-k and "none" use the host path."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+
+    def supports(self) -> bool:
+        return self.pipeline.sparsifier in ("topk", "threshold")

@@ -1,20 +1,33 @@
 """TensorFlow's side of the communicator: the numpy work as `tf.numpy_function` ops (run when
 the step runs, eagerly or in a traced graph), Horovod's TF collectives as ops, and the device
 path of adapters/tf_device.py. A graph's sizes are read when it runs (hvd.size_op), so an
-elastic job's new world size counts without retracing."""
+elastic job's new world size counts without retracing.
+
+Collectives get explicit names: without one, Horovod names a graph's op after its input
+tensor, and ranks whose graphs differ (a host's leader encodes and decodes, the other ranks do
+not) would wait for each other's differently named ops forever. The names keep Horovod's own
+prefixes (HorovodAllgather_...), by which `hvd.elastic.run` recognises a failed collective.
+"""
 from __future__ import annotations
 
+import re
 import time
 
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from .base import Adapter, TensorInfo, add_process_set_once
+from .base import Adapter, TensorInfo
 from .tf_device import DevicePath
 
 
+def op_name(name):
+    """A collective's name as TensorFlow accepts an op name (the same on every rank)."""
+    return re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
+
+
 class TFAdapter(Adapter):
+    hvd = hvd
 
     def info(self, tensor):
         size = tensor.shape.num_elements()
@@ -46,9 +59,6 @@ class TFAdapter(Adapter):
     def as_float32(self, tensor):
         return tf.cast(tensor, tf.float32)
 
-    def zeros_float32(self, like):
-        return tf.zeros(tf.shape(like), tf.float32)
-
     def one(self):
         return tf.ones([1], tf.float32)
 
@@ -68,41 +78,25 @@ class TFAdapter(Adapter):
             return np.int32(0)
         tf.numpy_function(run, [], tf.int32, stateful=True)  # a stateful op runs every step
 
-    # ---- process sets ----
-    def global_set(self):
-        return hvd.global_process_set
-
-    def set_ranks(self, process_set):
-        return tuple(process_set.ranks or range(hvd.size()))
-
-    def set_size(self, process_set):
-        return process_set.size()
-
-    def set_id(self, process_set):
-        return process_set.process_set_id
-
+    # ---- process sets (the rest: Adapter's) ----
     def inverse_size(self, process_set):
         size = hvd.size_op(process_set_id=process_set.process_set_id)
         return tf.reshape(1.0 / tf.cast(size, tf.float32), [1])
 
-    def rank(self):
-        return hvd.rank()
-
-    def host_placement(self):
-        return hvd.rank(), hvd.rank() - hvd.local_rank()
-
-    def add_process_set(self, ranks):
-        return add_process_set_once(hvd.add_process_set, ranks)
-
-    # ---- collectives (graph names must be plain: TF names these ops itself) ----
+    # ---- collectives ----
     def allgather(self, tensor, name, process_set):
-        return hvd.allgather(tensor, process_set=process_set)
+        return hvd.allgather(tensor, name=op_name("HorovodAllgather_" + name), ignore_name_scope=True,
+                             process_set=process_set)
 
     def allreduce_sum(self, tensor, name, process_set):
-        return hvd.allreduce(tensor, op=hvd.Sum, process_set=process_set)
+        return hvd.allreduce(tensor, op=hvd.Sum, name=op_name("HorovodAllreduce_" + name),
+                             ignore_name_scope=True,
+                             process_set=process_set)
 
     def broadcast(self, tensor, root, name, process_set):
-        return hvd.broadcast(tensor, root_rank=root, process_set=process_set)
+        return hvd.broadcast(tensor, root_rank=root, name=op_name("HorovodBroadcast_" + name),
+                             ignore_name_scope=True,
+                             process_set=process_set)
 
     def time_allreduce(self, elements, half, process_set, name):
         tensor = tf.zeros([elements], tf.float16 if half else tf.float32)
@@ -115,10 +109,6 @@ class TFAdapter(Adapter):
         start = time.perf_counter()
         hvd.allgather(tensor, name=f"DeepReduce.calibrate.{name}", process_set=process_set).numpy()
         return time.perf_counter() - start
-
-    def broadcast_object(self, obj, process_set, name):
-        return hvd.broadcast_object(obj, root_rank=min(self.set_ranks(process_set)), name=name,
-                                    process_set=process_set)
 
     def allgather_numbers(self, values, process_set, name):
         mine = tf.constant([list(values)], tf.float64)

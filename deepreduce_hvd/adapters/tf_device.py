@@ -9,6 +9,8 @@ compensation are the core's, so for the same input the payload bytes equal the n
 import numpy as np
 import tensorflow as tf
 
+from .base import DevicePathBase
+
 
 def topk_positions(magnitude, k):
     """Ascending positions of the k largest magnitudes, lower positions first among ties;
@@ -24,14 +26,8 @@ def topk_positions(magnitude, k):
                    lambda: tf.sort(tf.concat([above, ties], 0)))
 
 
-class DevicePath:
+class DevicePath(DevicePathBase):
     """Compensation, selection and the residual update of one Pipeline, as TF ops."""
-
-    def __init__(self, pipeline):
-        self.pipeline = pipeline
-
-    def supports(self):
-        return self.pipeline.sparsifier in ("topk", "threshold")
 
     def _compensated(self, name, tensor):
         """(flat float32 compensated gradient, residual variable or None)."""

@@ -8,7 +8,7 @@ import horovod.torch as hvd
 import numpy as np
 import torch
 
-from .base import Adapter, TensorInfo, add_process_set_once
+from .base import Adapter, TensorInfo
 from .torch_device import DevicePath, numpy_dtype_name
 
 
@@ -19,6 +19,7 @@ def host_array(tensor):
 
 
 class TorchAdapter(Adapter):
+    hvd = hvd
 
     def info(self, tensor):
         return TensorInfo(tensor.numel(), tuple(tensor.shape), numpy_dtype_name(tensor.dtype),
@@ -56,39 +57,15 @@ class TorchAdapter(Adapter):
     def as_float32(self, tensor):
         return tensor.to(device="cpu", dtype=torch.float32)
 
-    def zeros_float32(self, like):
-        return torch.zeros(like.shape, dtype=torch.float32)
-
     def one(self):
         return torch.ones(1)
 
     def as_frame(self, frame):
         return torch.frombuffer(bytearray(frame), dtype=torch.uint8)
 
-    # ---- process sets ----
-    def global_set(self):
-        return hvd.global_process_set
-
-    def set_ranks(self, process_set):
-        return tuple(process_set.ranks or range(hvd.size()))
-
-    def set_size(self, process_set):
-        return process_set.size()
-
-    def set_id(self, process_set):
-        return process_set.process_set_id
-
+    # ---- process sets (the rest: Adapter's) ----
     def inverse_size(self, process_set):
         return torch.full((1,), 1.0 / process_set.size(), dtype=torch.float32)
-
-    def rank(self):
-        return hvd.rank()
-
-    def host_placement(self):
-        return hvd.rank(), hvd.rank() - hvd.local_rank()
-
-    def add_process_set(self, ranks):
-        return add_process_set_once(hvd.add_process_set, ranks)
 
     # ---- collectives ----
     def allgather(self, tensor, name, process_set):
@@ -114,10 +91,6 @@ class TorchAdapter(Adapter):
         start = time.perf_counter()
         hvd.allgather(tensor, name=f"DeepReduce.calibrate.{name}", process_set=process_set)
         return time.perf_counter() - start
-
-    def broadcast_object(self, obj, process_set, name):
-        return hvd.broadcast_object(obj, root_rank=min(self.set_ranks(process_set)), name=name,
-                                    process_set=process_set)
 
     def allgather_numbers(self, values, process_set, name):
         mine = torch.tensor([list(values)], dtype=torch.float64)

@@ -14,6 +14,8 @@ import numpy as np
 
 import torch
 
+from .base import DevicePathBase
+
 COPIED = {"elements": 0}  # elements moved to the host by this path (tests check it is O(k))
 
 
@@ -41,14 +43,8 @@ def numpy_dtype_name(dtype):
     return {torch.float16: "float16", torch.float64: "float64"}.get(dtype, "float32")
 
 
-class DevicePath:
+class DevicePath(DevicePathBase):
     """Compensation, selection and the residual update of one Pipeline, on the device."""
-
-    def __init__(self, pipeline):
-        self.pipeline = pipeline
-
-    def supports(self):
-        return self.pipeline.sparsifier in ("topk", "threshold")
 
     def _compensated(self, name, tensor):
         """(flat float32 compensated gradient, flat view of the residual buffer or None); the

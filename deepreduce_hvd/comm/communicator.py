@@ -140,6 +140,9 @@ class Communicator:
                 f"unnamed:{info.shape}:{info.dtype}:{caller.member}"
             with adapter.eagerly():  # calibration (once) runs now, also while tracing a graph
                 plan = self.policy(state, process_set).route(key, info)
+            if adapter.traced():  # the graph keeps this kind: one traced after an elastic
+                kind = state.traced_kinds.setdefault(key, plan.kind)  # reset keeps rank 0's
+                plan = plan if kind == plan.kind else Plan(kind, label=kind)
         if plan.kind == PASS:
             adapter.at_run_time(lambda: state.pipeline.passed_through(info.size or 0, info.itemsize))
             return tensor, None
@@ -264,9 +267,9 @@ class Communicator:
             for f in batch:
                 reduced = adapter.wait(f.dense) if f.dense is not None else adapter.one()
                 f.total = adapter.as_float32(self._receive(reduced, f.inner))
-        else:
-            for f in batch:
-                f.total = adapter.zeros_float32(f.tensor)
+        else:  # the leader's broadcast overwrites it; sending the host sum keeps it computed
+            for f, host_sum in zip(batch, sums):  # (a traced graph prunes unused collectives)
+                f.total = adapter.as_float32(host_sum)
         if hierarchy.local is not None:
             shares = [adapter.broadcast(f.total, hierarchy.hosts.leader, f"DeepReduce.share.{f.key}",
                                         hierarchy.local) for f in batch]
@@ -323,11 +326,13 @@ class Communicator:
     def rejoin(self) -> None:
         """After an elastic job's ranks changed (every rank calls it): the sets other than
         the global one are gone; routing, calibration and hosts are measured again on every
-        rank alike, and each tensor's step count is rank 0's. Residuals stay with their ranks."""
+        rank alike; each tensor's step count, and the way each tensor of a traced graph
+        travels (graphs are not traced again), are rank 0's. Residuals stay with their ranks."""
         adapter, everyone = self.adapter, self.adapter.global_set()
         self._in_flight = []
         self.sets = {key: s for key, s in self.sets.items() if key == self._key(everyone)}
         state = self.set_state(everyone)
         state.reset_routing()
-        steps = adapter.broadcast_object(state.pipeline.steps(), everyone, "DeepReduce.rejoin")
+        steps, state.traced_kinds = adapter.broadcast_object(
+            (state.pipeline.steps(), state.traced_kinds), everyone, "DeepReduce.rejoin")
         state.pipeline.set_steps(steps)

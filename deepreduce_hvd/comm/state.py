@@ -35,6 +35,7 @@ class SetState:
     calibration: (links, priors, ranks) agreed across the set's ranks when it was measured.
     hierarchy: the hosts and their process sets (the hierarchical mode, global set only).
     device: the pipeline's device path (adapters), made on first use.
+    traced_kinds: how each tensor travels in a traced (TensorFlow) graph, fixed at tracing.
     """
 
     def __init__(self, pipeline: Pipeline):
@@ -44,6 +45,7 @@ class SetState:
         self.hierarchy = None
         self.device = None
         self.saved_planner = None  # a restored planner state, applied when the policy is built
+        self.traced_kinds = {}     # key -> the kind a traced graph fixed for that tensor
 
     def reset_routing(self):
         """Forget everything measured about the world (an elastic job's ranks changed): the

@@ -1,23 +1,19 @@
 """Checks of deepreduce_hvd.tensorflow on real Horovod ranks; run by tests/test_tf_horovod.py.
 
-Each check raises on failure; every rank prints "RESULT <check> ok" when it passes.
+Checks are the check_* functions (tests/workers/harness.py records each rank's outcome).
 """
-import sys
-
 import numpy as np
 import tensorflow as tf
 import horovod.tensorflow as hvd
 
 import deepreduce_hvd as dr
+import harness
 from deepreduce_hvd.tensorflow import DeepReduce
 
 hvd.init()
+harness.bind(hvd)
 rank, size = hvd.rank(), hvd.size()
 rng = np.random.default_rng(100 + rank)
-
-
-def ok(check):
-    print(f"RESULT {check} ok", flush=True)
 
 
 def local_average(dense, ratio):
@@ -39,7 +35,6 @@ def check_eager():
     np.testing.assert_array_equal(hvd.allreduce(ints, op=hvd.Sum, compression=compression).numpy(),
                                   hvd.allreduce(ints, op=hvd.Sum).numpy())
     assert compression.stats()["tensors_passed_through"] == 1
-    ok("eager")
 
 
 def check_tf_function():
@@ -54,7 +49,6 @@ def check_tf_function():
         np.testing.assert_allclose(reduce(t).numpy(), local_average(t.numpy(), 0.05),
                                    rtol=1e-6, atol=1e-7)
     assert compression.stats()["tensors_compressed"] == 2
-    ok("tf_function")
 
 
 def check_gradient_tape():
@@ -82,7 +76,6 @@ def check_gradient_tape():
     assert len(compression.pipeline.memory.names()) == 2  # one residual per variable
     stats = compression.stats()
     assert stats["tensors_compressed"] == 8 and stats["bytes_sent"] < stats["dense_bytes"], stats
-    ok("gradient_tape")
 
 
 def check_mismatch():
@@ -100,7 +93,6 @@ def check_mismatch():
         raise AssertionError("no error in graph mode")
     except tf.errors.OpError as exc:
         assert "DeepReduceError" in exc.message and "config" in exc.message, exc.message
-    ok("mismatch")
 
 
 def check_keras_fit():
@@ -121,7 +113,6 @@ def check_keras_fit():
         for other in copies[1:]:
             np.testing.assert_array_equal(copies[0], other)
     assert compression.stats()["tensors_compressed"] > 0
-    ok("keras_fit")
 
 
 def check_keras3_gradients():
@@ -150,7 +141,6 @@ def check_keras3_gradients():
         for other in copies[1:]:
             np.testing.assert_array_equal(copies[0], other)
     assert compression.stats()["tensors_compressed"] == 6  # two kernels, three steps
-    ok("keras3_gradients")
 
 
 def check_device_path():
@@ -179,7 +169,6 @@ def check_device_path():
         results.append([w1.numpy(), w2.numpy()])
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
-    ok("device_path")
 
 
 def check_time_aware():
@@ -210,11 +199,7 @@ def check_time_aware():
         for other in copies[1:]:
             np.testing.assert_array_equal(copies[0], other)
     assert any("+" in c for c in history[-1].values()), history[-1]
-    ok("time_aware")
 
-
-CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 if __name__ == "__main__":
-    for check in sys.argv[1:] or CHECKS:
-        CHECKS[check]()
+    harness.main(globals())

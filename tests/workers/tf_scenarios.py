@@ -11,46 +11,33 @@ Process sets: even ranks [0, 2, ...] and odd ranks [1, 3, ...], registered at hv
 with HOROVOD_DYNAMIC_PROCESS_SETS=1, added after it with hvd.add_process_set). On 2 ranks each
 is a 1-rank set, which Horovod's TF ops skip; the checks bite on 4.
 
-Every rank prints "RESULT <scenario> ok" when a scenario passes; a scenario that raises or
-hangs past SCENARIO_TIMEOUT seconds (faulthandler dumps every thread's stack) ends the worker.
+Each scenario is a check_* function (tests/workers/harness.py runs them, records each rank's
+outcome and ends the worker when one raises or hangs).
 """
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import faulthandler  # noqa: E402
-import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 import horovod.tensorflow.keras as hvd_keras  # noqa: E402
 
+import harness  # noqa: E402
 from deepreduce_hvd.tensorflow import DeepReduce  # noqa: E402
+from harness import DENSE, assert_close, assert_compressed, both, same_within  # noqa: E402
 
 keras = tf.keras
 assert keras.__name__.startswith("tf_keras"), keras.__name__  # TF_USE_LEGACY_KERAS took effect
 
-SIZE = int(os.environ["HOROVOD_SIZE"])
-if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") == "1":  # as Horovod's own test does
-    hvd.init()
-    EVEN = hvd.add_process_set(range(0, SIZE, 2))
-    ODD = hvd.add_process_set(range(1, SIZE, 2))
-else:  # registered at init (Horovod 0.28's static process sets)
-    EVEN = hvd.ProcessSet(range(0, SIZE, 2))
-    ODD = hvd.ProcessSet(range(1, SIZE, 2))
-    hvd.init(process_sets=[EVEN, ODD])
+EVEN, ODD = harness.init_with_process_sets(hvd)
 rank, size = hvd.rank(), hvd.size()
+harness.bind(hvd)
 THIS_SET = EVEN if rank % 2 == 0 else ODD
-SCENARIO_TIMEOUT = float(os.environ.get("SCENARIO_TIMEOUT", "300"))
 RTOL, ATOL = 1e-5, 1e-6
-DENSE = "dense"
 KINDS = (DENSE, "deepreduce")
-
-
-def ok(scenario):
-    print(f"RESULT {scenario} ok", flush=True)
 
 
 def lossless():
@@ -60,27 +47,6 @@ def lossless():
 
 def compression_for(kind):
     return hvd.Compression.none if kind == DENSE else lossless()
-
-
-def assert_close(want, got, what, rtol=RTOL, atol=ATOL):
-    assert want.keys() == got.keys(), (what, sorted(want), sorted(got))
-    for key in want:
-        np.testing.assert_allclose(np.asarray(got[key], dtype=np.float64),
-                                   np.asarray(want[key], dtype=np.float64), rtol=rtol, atol=atol,
-                                   err_msg=f"{what}: {key}")
-
-
-def assert_same_within(values, what, groups=None):
-    """Each rank's `values` (a dict of arrays) identical on every rank of each group (every rank
-    calls this; default: one group, the whole world)."""
-    everyone = hvd.allgather_object(values)
-    for members in groups or [list(range(size))]:
-        first = everyone[members[0]]
-        for other in members[1:]:
-            assert everyone[other].keys() == first.keys(), what
-            for key in first:
-                np.testing.assert_array_equal(everyone[other][key], first[key],
-                                              err_msg=f"{what}: {key} rank {other} vs {members[0]}")
 
 
 SET_GROUPS = [EVEN.ranks, ODD.ranks]
@@ -97,18 +63,6 @@ def set_mean(values_of_rank, process_set):
     if not reduces(process_set):
         return values_of_rank(rank)
     return np.mean([values_of_rank(r) for r in process_set.ranks], axis=0)
-
-
-def assert_compressed(compression, what, expected=True):
-    """DeepReduce encoded tensors (or, expected=False, was never run); none passed through."""
-    stats = compression.stats()
-    assert (stats["tensors_compressed"] > 0) == expected, (what, stats)
-    assert stats["tensors_passed_through"] == 0, (what, stats)
-
-
-def both(run):
-    """run(kind) with dense Horovod and with DeepReduce; returns the two results."""
-    return run(DENSE), run("deepreduce")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +98,39 @@ def tape_training(kind, process_set, function, steps=3, distributed=True, **tape
     return {"w1": w1.numpy(), "w2": w2.numpy(), "b": b.numpy()}, compression
 
 
-def scenario_gradient_tape_process_sets():
+def check_grouped_allreduce_process_sets():
+    """hvd.grouped_allreduce(process_set=) with DeepReduce, eagerly and in tf.function, named
+    and unnamed, members of different and of equal shapes. Every case runs (each does the same
+    collectives on every rank whatever happens); the failures are listed together."""
+    rng = np.random.default_rng(11 + rank)
+    failures = []
+    for ps_name, ps in (("this", THIS_SET), ("global", hvd.global_process_set)):
+        for shapes in (((20,), (3, 4)), ((6, 5), (6, 5), (30,))):
+            for named in (True, False):
+                for function in (False, True):
+                    tag = f"{ps_name}.{len(shapes)}.{named}.{function}"
+                    tensors = [tf.constant(rng.standard_normal(s).astype(np.float32))
+                               for s in shapes]
+
+                    def reduce(ts, compression, name):
+                        return hvd.grouped_allreduce(ts, process_set=ps, compression=compression,
+                                                     name=name if named else None)
+                    if function:
+                        reduce = tf.function(reduce)
+                    want = reduce(tensors, hvd.Compression.none, f"gdense.{tag}")
+                    try:
+                        got = reduce(tensors, lossless(), f"gdr.{tag}")
+                        for i, (w, g) in enumerate(zip(want, got)):
+                            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=RTOL, atol=ATOL,
+                                                       err_msg=f"member {i}")
+                    except Exception as exc:  # noqa: BLE001 -- listed below
+                        failures.append(f"process_set={ps_name} {ps.ranks} shapes={shapes} "
+                                        f"named={named} tf.function={function}: "
+                                        f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+    assert not failures, "\n".join(failures)
+
+
+def check_gradient_tape_process_sets():
     """Horovod's test (d(x*x)/dx averaged over the even set, every rank calling) and training
     with DistributedGradientTape(process_set=): the even set for everyone (odd ranks train
     alone), then each rank on its own set (both sets reduce at once), eagerly and in
@@ -175,14 +161,13 @@ def scenario_gradient_tape_process_sets():
             assert any(not np.allclose(local[k], drr[k]) for k in local), what
         else:  # outside the set, or a 1-rank set: Horovod leaves the rank to train alone
             assert_close(local, drr, what + " (not reduced)")
-        assert_same_within(drr, what, groups=[members] if rank in members else [[rank]])
+        same_within(drr, what, groups=[members] if rank in members else [[rank]])
         if size >= 4 and which == "own":  # the two sets reduced different data
             everyone = hvd.allgather_object(drr["w2"])
             assert not np.allclose(everyone[0], everyone[1]), what
-    ok("gradient_tape_process_sets")
 
 
-def scenario_allreduce_process_sets():
+def check_allreduce_process_sets():
     """hvd.allreduce(process_set=) with DeepReduce, eagerly and in tf.function, Average and Sum:
     equal to dense and to the mean/sum over the set."""
     rng = np.random.default_rng(7 + rank)
@@ -210,7 +195,7 @@ def scenario_allreduce_process_sets():
                     np.testing.assert_allclose(got.numpy(), exact, rtol=RTOL, atol=ATOL,
                                                err_msg=f"{tag} function={function} exact")
                     assert_compressed(compression, tag)
-                    assert_same_within({"t": got.numpy()}, tag,
+                    same_within({"t": got.numpy()}, tag,
                                        groups=SET_GROUPS if ps_name == "this" else None)
     t = tf.constant(rng.standard_normal(40).astype(np.float32))
     explicit = DeepReduce(sparsifier="none", index="entropy", value="raw", min_size=1,
@@ -218,40 +203,6 @@ def scenario_allreduce_process_sets():
     np.testing.assert_allclose(
         hvd.allreduce(t, process_set=THIS_SET, name="explicit", compression=explicit).numpy(),
         hvd.allreduce(t, process_set=THIS_SET, name="explicit.dense").numpy(), rtol=RTOL, atol=ATOL)
-    ok("allreduce_process_sets")
-
-
-def scenario_grouped_allreduce_process_sets():
-    """hvd.grouped_allreduce(process_set=) with DeepReduce, eagerly and in tf.function, named
-    and unnamed, members of different and of equal shapes. Every case runs (each does the same
-    collectives on every rank whatever happens); the failures are listed together."""
-    rng = np.random.default_rng(11 + rank)
-    failures = []
-    for ps_name, ps in (("this", THIS_SET), ("global", hvd.global_process_set)):
-        for shapes in (((20,), (3, 4)), ((6, 5), (6, 5), (30,))):
-            for named in (True, False):
-                for function in (False, True):
-                    tag = f"{ps_name}.{len(shapes)}.{named}.{function}"
-                    tensors = [tf.constant(rng.standard_normal(s).astype(np.float32))
-                               for s in shapes]
-
-                    def reduce(ts, compression, name):
-                        return hvd.grouped_allreduce(ts, process_set=ps, compression=compression,
-                                                     name=name if named else None)
-                    if function:
-                        reduce = tf.function(reduce)
-                    want = reduce(tensors, hvd.Compression.none, f"gdense.{tag}")
-                    try:
-                        got = reduce(tensors, lossless(), f"gdr.{tag}")
-                        for i, (w, g) in enumerate(zip(want, got)):
-                            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=RTOL, atol=ATOL,
-                                                       err_msg=f"member {i}")
-                    except Exception as exc:  # noqa: BLE001 -- listed below
-                        failures.append(f"process_set={ps_name} {ps.ranks} shapes={shapes} "
-                                        f"named={named} tf.function={function}: "
-                                        f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-    assert not failures, "\n".join(failures)
-    ok("grouped_allreduce_process_sets")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +256,7 @@ def legacy_graph_run(kind, backward_passes_per_step=1, sparse=False, process_set
     return {"values": np.array(values)}, compression
 
 
-def scenario_local_gradient_aggregation():
+def check_local_gradient_aggregation():
     passes = 4
     for sparse in (False, True):
         what = f"local_gradient_aggregation sparse={sparse}"
@@ -316,7 +267,7 @@ def scenario_local_gradient_aggregation():
         mean = set_mean(rank_gradient, hvd.global_process_set)
         expected = np.array([(i + 1) // passes * mean for i in range(10)])  # averaged passes
         np.testing.assert_allclose(drr["values"], expected, rtol=RTOL, atol=ATOL, err_msg=what)
-        assert_same_within(drr, what)
+        same_within(drr, what)
     for process_set in (EVEN, THIS_SET):
         what = f"legacy optimizer process_set={process_set.ranks}"
         (dense, _), (drr, compression) = both(
@@ -325,7 +276,6 @@ def scenario_local_gradient_aggregation():
         mean = set_mean(rank_gradient, process_set)
         np.testing.assert_allclose(drr["values"], [mean * (i + 1) for i in range(3)],
                                    rtol=RTOL, atol=ATOL, err_msg=what)
-    ok("local_gradient_aggregation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +293,7 @@ def rank_model():
                                                         bias_initializer=init))])
 
 
-def scenario_partial_distributed_gradient_tape():
+def check_partial_distributed_gradient_tape():
     rng = np.random.default_rng(rank)
     X = rng.random((2, 3)).astype(np.float32)
     Y = rng.random((2, 3, 3)).astype(np.float32)
@@ -380,12 +330,11 @@ def scenario_partial_distributed_gradient_tape():
         assert_close(results[DENSE], results["deepreduce"], what)
         shared = {f"gradient.{i}": results["deepreduce"][f"gradient.{i}"]
                   for i, w in enumerate(weights) if w.ref() not in local_refs}
-        assert_same_within(shared, what)
+        same_within(shared, what)
         del tape
-    ok("partial_distributed_gradient_tape")
 
 
-def scenario_model_parallel():
+def check_model_parallel():
     """Horovod's model-parallel test on any number of ranks: each rank holds its own embedding
     table (a local source of the tape), rows travel by alltoall to a dense layer whose
     gradient is reduced."""
@@ -424,8 +373,7 @@ def scenario_model_parallel():
     (dense, _), (drr, compression) = both(run)
     assert_close(dense, drr, "model_parallel")
     assert_compressed(compression, "model_parallel")
-    assert_same_within({"kernel": drr["kernel"]}, "model_parallel")
-    ok("model_parallel")
+    same_within({"kernel": drr["kernel"]}, "model_parallel")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,7 +385,7 @@ def keras_weights(model):
     return {f"{i}": w for i, w in enumerate(model.get_weights())}
 
 
-def scenario_keras_sparse_as_dense():
+def check_keras_sparse_as_dense():
     """An Embedding model (IndexedSlices gradients densified, then reduced by DeepReduce), with
     and without local gradient aggregation (backward_passes_per_step=2)."""
     rng = np.random.default_rng(rank)
@@ -461,11 +409,10 @@ def scenario_keras_sparse_as_dense():
         what = f"keras sparse_as_dense passes={passes}"
         (dense, _), (drr, compression) = both(run)
         assert_close(dense, drr, what)
-        assert_same_within(drr, what)
-    ok("keras_sparse_as_dense")
+        same_within(drr, what)
 
 
-def scenario_sparse_as_dense_compressed():
+def check_sparse_as_dense_compressed():
     """With sparse_as_dense=True the densified embedding gradient is a dense float tensor:
     DeepReduce must encode it (not pass it through to Horovod's allreduce), in the Keras
     DistributedOptimizer (model.train_on_batch) and in DistributedGradientTape (eagerly and in
@@ -503,7 +450,6 @@ def scenario_sparse_as_dense_compressed():
     failures = [(what, stats) for what, stats in failures
                 if stats["tensors_compressed"] == 0 or stats["tensors_passed_through"] > 0]
     assert not failures, f"densified gradients passed through, not encoded: {failures}"
-    ok("sparse_as_dense_compressed")
 
 
 class AddGradient(keras.optimizers.Optimizer):
@@ -520,7 +466,7 @@ class AddGradient(keras.optimizers.Optimizer):
         return super().get_config()
 
 
-def scenario_keras_gradient_aggregation():
+def check_keras_gradient_aggregation():
     """backward_passes_per_step=4 inside tf.function (as model.fit runs it), averaged or summed
     passes, with a dense and a gathered (IndexedSlices, sparse_as_dense) gradient."""
     passes, steps = 4, 10
@@ -564,8 +510,7 @@ def scenario_keras_gradient_aggregation():
         start = np.concatenate([np.zeros(6), np.arange(8)])
         expected = np.array([start + (i + 1) // passes * per_step for i in range(steps)])
         np.testing.assert_allclose(drr["history"], expected, rtol=RTOL, atol=1e-5, err_msg=what)
-        assert_same_within(drr, what)
-    ok("keras_gradient_aggregation")
+        same_within(drr, what)
 
 
 def small_classifier():
@@ -586,7 +531,7 @@ def fit(model, opt, epochs=1):
     return keras_weights(model)
 
 
-def scenario_keras_from_config():
+def check_keras_from_config():
     """get_config/from_config of a DistributedOptimizer keep the same config, and the copies
     (the class carries the compression) still train like dense ones."""
     def run(kind):
@@ -605,14 +550,13 @@ def scenario_keras_from_config():
     (dense, _), (drr, compression) = both(run)
     assert_close(dense, drr, "keras from_config")
     assert_compressed(compression, "keras from_config")
-    assert_same_within(drr, "keras from_config")
+    same_within(drr, "keras from_config")
     for key in drr:  # the copies trained exactly like the original
         if key.startswith("copy"):
             np.testing.assert_array_equal(drr[key], drr["original." + key.split(".", 1)[1]])
-    ok("keras_from_config")
 
 
-def scenario_keras_partial_optimizer():
+def check_keras_partial_optimizer():
     """horovod.keras.PartialDistributedOptimizer with 0, 1, 2 local layers: local gradients
     are the tape's divided by size, the others reduced (DeepReduce == dense)."""
     import horovod.keras as hvd_keras_standalone  # the standalone API holds this optimizer
@@ -647,12 +591,11 @@ def scenario_keras_partial_optimizer():
                 assert_compressed(compression, "partial optimizer")
         what = f"keras partial optimizer, {num_local_layers} local layers"
         assert_close(results[DENSE], results["deepreduce"], what)
-        assert_same_within(results["deepreduce"], what)
+        same_within(results["deepreduce"], what)
         del tape
-    ok("keras_partial_optimizer")
 
 
-def scenario_keras_process_sets():
+def check_keras_process_sets():
     """Horovod's test_process_set_optimizer (a fixed gradient averaged over the even set, the
     odd ranks keeping theirs) and model.fit with DistributedOptimizer(process_set=) of each
     rank's own set."""
@@ -684,21 +627,11 @@ def scenario_keras_process_sets():
         (dense, _), (drr, compression) = both(run)
         assert_close(dense, drr, what)
         members = process_set.ranks
-        assert_same_within(drr, what, groups=[members] if rank in members else [[rank]])
+        same_within(drr, what, groups=[members] if rank in members else [[rank]])
         if size >= 4 and which == "own":  # the two sets reduced different data
             everyone = hvd.allgather_object(drr["0"])
             assert not np.allclose(everyone[0], everyone[1]), what
-    ok("keras_process_sets")
 
-
-SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()
-             if name.startswith("scenario_")}
 
 if __name__ == "__main__":
-    faulthandler.enable()
-    for scenario in sys.argv[1:] or SCENARIOS:
-        faulthandler.dump_traceback_later(SCENARIO_TIMEOUT, exit=True)
-        print(f"SCENARIO {scenario} start", flush=True)
-        SCENARIOS[scenario]()
-        faulthandler.cancel_dump_traceback_later()
-    hvd.join()
+    harness.main(globals(), finish=hvd.join)

@@ -1,23 +1,19 @@
 """Checks of deepreduce_hvd.torch on real Horovod ranks; run by tests/test_torch_horovod.py.
 
-Each check raises on failure; every rank prints "RESULT <check> ok" when it passes.
+Checks are the check_* functions (tests/workers/harness.py records each rank's outcome).
 """
-import sys
-
 import horovod.torch as hvd
 import numpy as np
 import torch
 
 import deepreduce_hvd as dr
+import harness
 from deepreduce_hvd.torch import DeepReduce
 
 hvd.init()
+harness.bind(hvd)
 torch.manual_seed(1234 + hvd.rank())  # different gradients on each rank
 rank, size = hvd.rank(), hvd.size()
-
-
-def ok(check):
-    print(f"RESULT {check} ok", flush=True)
 
 
 def gathered_sparse(local_dense, ratio, index=None):
@@ -41,7 +37,6 @@ def check_lossless_equals_dense():
                                 compression=DeepReduce(**config))
             want = hvd.allreduce(t, name=f"dense.{op}.{config['index']}", op=op)
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
-    ok("lossless_equals_dense")
 
 
 def check_topk_equals_local_average():
@@ -55,7 +50,6 @@ def check_topk_equals_local_average():
             np.testing.assert_array_equal(got.numpy(), other)
         if index == "bloom":
             assert np.count_nonzero(want) > np.count_nonzero(gathered_sparse(t, 0.05))
-    ok("topk_equals_local_average")
 
 
 def check_passthrough():
@@ -68,7 +62,6 @@ def check_passthrough():
                                hvd.allreduce(ints, name="ints.dense", op=hvd.Sum))
     stats = compression.stats()
     assert stats["tensors_passed_through"] == 2 and stats["tensors_compressed"] == 0, stats
-    ok("passthrough")
 
 
 def make_model():
@@ -93,10 +86,7 @@ def train(model, compression, steps=4, **kwargs):
 
 
 def assert_same_everywhere(model):
-    for name, p in model.named_parameters():
-        copies = hvd.allgather_object(p.detach().numpy())
-        for other in copies[1:]:
-            np.testing.assert_array_equal(copies[0], other, err_msg=name)
+    harness.same_within({n: p.detach().numpy() for n, p in model.named_parameters()}, "parameters")
 
 
 def check_optimizer_variants():
@@ -112,7 +102,6 @@ def check_optimizer_variants():
         assert stats["tensors_compressed"] > 0 and stats["bytes_sent"] < stats["dense_bytes"], stats
         big = {n for n, p in model.named_parameters() if p.numel() >= 100}
         assert compression.pipeline.memory.names() == big, sorted(compression.pipeline.memory.names())
-    ok("optimizer_variants")
 
 
 def check_optimizer_matches_dense():
@@ -123,7 +112,6 @@ def check_optimizer_matches_dense():
           steps=2)
     for (n, a), (_, b) in zip(dense_model.named_parameters(), dr_model.named_parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=n)
-    ok("optimizer_matches_dense")
 
 
 def check_hook_order_independent():
@@ -142,7 +130,6 @@ def check_hook_order_independent():
     opt.synchronize()
     for p, want in zip(params, expected):
         torch.testing.assert_close(p.grad, want)
-    ok("hook_order_independent")
 
 
 def expect_error(fn, fragment):
@@ -168,7 +155,6 @@ def check_mismatches():
         corrupt.pipeline.compress = lambda *args: real(*args)[:-3] + b"xyz"
     expect_error(lambda: hvd.allreduce(t, name="mismatch.corrupt", compression=corrupt),
                  "checksum")
-    ok("mismatches")
 
 
 def check_device_path():
@@ -183,7 +169,6 @@ def check_device_path():
         results.append([p.detach().numpy().copy() for p in model.parameters()])
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
-    ok("device_path")
 
 
 def check_time_aware():
@@ -210,11 +195,7 @@ def check_time_aware():
         assert_same_everywhere(model)
         chosen = {c for step in history for c in step.values()}
         assert any("+" in c for c in chosen) == sparse_expected, (bandwidth, chosen)
-    ok("time_aware")
 
-
-CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 if __name__ == "__main__":
-    for check in sys.argv[1:] or CHECKS:
-        CHECKS[check]()
+    harness.main(globals())

@@ -8,13 +8,11 @@ Process sets: even ranks [0, 2, ...] and odd ranks [1, 3, ...], registered at hv
 with HOROVOD_DYNAMIC_PROCESS_SETS=1, added after it with hvd.add_process_set, as Horovod's own
 test does). On 2 ranks each is a 1-rank set; the checks bite on 4.
 
-Every rank prints "RESULT <scenario> ok" when a scenario passes; a scenario that raises or
-hangs past SCENARIO_TIMEOUT seconds (faulthandler dumps every thread's stack) ends the worker.
+Each scenario is a check_* function (tests/workers/harness.py runs them, records each rank's
+outcome and ends the worker when one raises or hangs).
 """
-import faulthandler
 import inspect
 import os
-import sys
 import tempfile
 import warnings
 
@@ -23,26 +21,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import harness
 from deepreduce_hvd.torch import DeepReduce
+from harness import DENSE, assert_close, assert_compressed, both, same_within
 
-SIZE = int(os.environ["HOROVOD_SIZE"])
-if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") == "1":  # as Horovod's own test does
-    hvd.init()
-    EVEN = hvd.add_process_set(range(0, SIZE, 2))
-    ODD = hvd.add_process_set(range(1, SIZE, 2))
-else:  # registered at init (Horovod 0.28's static process sets)
-    EVEN = hvd.ProcessSet(range(0, SIZE, 2))
-    ODD = hvd.ProcessSet(range(1, SIZE, 2))
-    hvd.init(process_sets=[EVEN, ODD])
+EVEN, ODD = harness.init_with_process_sets(hvd)
 rank, size = hvd.rank(), hvd.size()
+harness.bind(hvd)
 THIS_SET = EVEN if rank % 2 == 0 else ODD
-SCENARIO_TIMEOUT = float(os.environ.get("SCENARIO_TIMEOUT", "240"))
 RTOL, ATOL = 1e-5, 1e-6
-DENSE = "dense"
-
-
-def ok(scenario):
-    print(f"RESULT {scenario} ok", flush=True)
 
 
 def lossless():
@@ -56,39 +43,6 @@ def compression_for(kind):
 
 def snapshot(model):
     return {n: p.detach().clone().numpy() for n, p in model.state_dict().items()}
-
-
-def assert_close(want, got, what):
-    assert want.keys() == got.keys(), (what, sorted(want), sorted(got))
-    for key in want:
-        np.testing.assert_allclose(np.asarray(got[key], dtype=np.float64),
-                                   np.asarray(want[key], dtype=np.float64), rtol=RTOL, atol=ATOL,
-                                   err_msg=f"{what}: {key} (DeepReduce vs dense)")
-
-
-def assert_same_within(values, what, groups=None):
-    """Each rank's `values` (a dict of arrays) identical on every rank of each group (every rank
-    calls this; default: one group, the whole world)."""
-    everyone = hvd.allgather_object(values)
-    for members in groups or [list(range(size))]:
-        first = everyone[members[0]]
-        for other in members[1:]:
-            assert everyone[other].keys() == first.keys(), what
-            for key in first:
-                np.testing.assert_array_equal(everyone[other][key], first[key],
-                                              err_msg=f"{what}: {key} rank {other} vs {members[0]}")
-
-
-def assert_compressed(compression, what):
-    """DeepReduce encoded tensors and passed none through."""
-    stats = compression.stats()
-    assert stats["tensors_compressed"] > 0, (what, stats)
-    assert stats["tensors_passed_through"] == 0, (what, stats)
-
-
-def both(run):
-    """run(kind) with dense Horovod and with DeepReduce; returns the two results."""
-    return run(DENSE), run("deepreduce")
 
 
 def expect_same_error(build, what):
@@ -135,7 +89,7 @@ def train_mlp(kind, process_set, steps=3, distributed=True, **kwargs):
     return snapshot(model), compression
 
 
-def check_process_set_result(dense, drr, compression, process_set, what):
+def verify_process_set_result(dense, drr, compression, process_set, what):
     """DeepReduce == dense; inside the set the ranks agree (and, in a set of several ranks,
     differ from local training); outside it, Horovod leaves the rank to train alone and
     DeepReduce is never called."""
@@ -151,68 +105,10 @@ def check_process_set_result(dense, drr, compression, process_set, what):
         assert_close(local, drr, what + " (outside the set)")
         assert compression.stats()["tensors_compressed"] == 0, compression.stats()
     members = process_set.ranks
-    assert_same_within(drr, what, groups=[members] + [[r] for r in range(size) if r not in members])
+    same_within(drr, what, groups=[members] + [[r] for r in range(size) if r not in members])
 
 
-def scenario_optimizer_process_sets():
-    """Horovod's test: every rank builds the optimizer with process_set=even_set and steps;
-    even ranks reduce over the even set, odd ranks train alone (also with groups=2: Horovod
-    broadcasts the grouping from rank 0 over the set, so only a set holding rank 0 can group).
-    Then each rank on its own set, the even and the odd set reducing at the same time: plain,
-    op=Sum, backward_passes_per_step=2."""
-    for kwargs in (dict(), dict(groups=2)):
-        what = f"even_set{kwargs}"
-        dense, (drr, compression) = (train_mlp(DENSE, EVEN, **kwargs)[0],
-                                     train_mlp("deepreduce", EVEN, **kwargs))
-        check_process_set_result(dense, drr, compression, EVEN, what)
-    for kwargs in (dict(), dict(op=hvd.Sum), dict(backward_passes_per_step=2)):
-        what = f"this_set{kwargs}"
-        dense, (drr, compression) = (train_mlp(DENSE, THIS_SET, **kwargs)[0],
-                                     train_mlp("deepreduce", THIS_SET, **kwargs))
-        assert_close(dense, drr, what)
-        assert_compressed(compression, what)
-        assert_same_within(drr, what, groups=[EVEN.ranks, ODD.ranks])
-        if size >= 4:  # the even and the odd set reduced different data
-            everyone = hvd.allgather_object(drr["2.weight"])
-            assert not np.allclose(everyone[0], everyone[1]), what
-    ok("optimizer_process_sets")
-
-
-def scenario_allreduce_process_sets():
-    """hvd.allreduce / grouped_allreduce with process_set= and DeepReduce: the payload travels
-    on the caller's set; an explicit DeepReduce(process_set=) must match it."""
-    gen = torch.Generator().manual_seed(7 + rank)
-    for op in (hvd.Average, hvd.Sum):
-        for shape in ((33, 7), (1,), (5,)):
-            t = torch.randn(*shape, generator=gen)
-            for ps_name, ps in (("this", THIS_SET), ("global", hvd.global_process_set)):
-                tag = f"{ps_name}.{op}.{shape}"
-                want = hvd.allreduce(t, op=op, process_set=ps, name=f"dense.{tag}")
-                compression = lossless()
-                got = hvd.allreduce(t, op=op, process_set=ps, name=f"dr.{tag}",
-                                    compression=compression)
-                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL,
-                                           err_msg=tag)
-                assert_compressed(compression, tag)
-                assert_same_within({"t": got.numpy()}, tag,
-                                   groups=[EVEN.ranks, ODD.ranks] if ps is THIS_SET else None)
-    t = torch.randn(40, generator=gen)
-    explicit = DeepReduce(sparsifier="none", index="entropy", value="raw", min_size=1,
-                          process_set=THIS_SET)
-    got = hvd.allreduce(t, process_set=THIS_SET, name="explicit", compression=explicit)
-    want = hvd.allreduce(t, process_set=THIS_SET, name="explicit.dense")
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
-    # a DeepReduce pinned to one set, handed a global allreduce: refused on every rank, locally
-    try:
-        hvd.allreduce(t, name="wrong.set", compression=explicit)
-    except Exception as exc:  # noqa: BLE001
-        assert "process set" in str(exc), exc
-    else:
-        raise AssertionError("DeepReduce(process_set=this set) accepted a global allreduce")
-    ok("allreduce_process_sets")
-
-
-def scenario_grouped_allreduce_process_sets():
+def check_grouped_allreduce_process_sets():
     """hvd.grouped_allreduce with process_set= and DeepReduce, named (Horovod names the members
     <name>.0, .1, ...) and unnamed, with members of different and of equal shapes. (Stops at
     the first failing case: a failure inside compress leaves an earlier member's payload
@@ -239,14 +135,69 @@ def scenario_grouped_allreduce_process_sets():
                                                    err_msg=f"{case}: member {i}")
                     stats = compression.stats()
                     assert stats["tensors_compressed"] == len(shapes), (case, stats)
-    ok("grouped_allreduce_process_sets")
+
+
+def check_optimizer_process_sets():
+    """Horovod's test: every rank builds the optimizer with process_set=even_set and steps;
+    even ranks reduce over the even set, odd ranks train alone (also with groups=2: Horovod
+    broadcasts the grouping from rank 0 over the set, so only a set holding rank 0 can group).
+    Then each rank on its own set, the even and the odd set reducing at the same time: plain,
+    op=Sum, backward_passes_per_step=2."""
+    for kwargs in (dict(), dict(groups=2)):
+        what = f"even_set{kwargs}"
+        dense, (drr, compression) = (train_mlp(DENSE, EVEN, **kwargs)[0],
+                                     train_mlp("deepreduce", EVEN, **kwargs))
+        verify_process_set_result(dense, drr, compression, EVEN, what)
+    for kwargs in (dict(), dict(op=hvd.Sum), dict(backward_passes_per_step=2)):
+        what = f"this_set{kwargs}"
+        dense, (drr, compression) = (train_mlp(DENSE, THIS_SET, **kwargs)[0],
+                                     train_mlp("deepreduce", THIS_SET, **kwargs))
+        assert_close(dense, drr, what)
+        assert_compressed(compression, what)
+        same_within(drr, what, groups=[EVEN.ranks, ODD.ranks])
+        if size >= 4:  # the even and the odd set reduced different data
+            everyone = hvd.allgather_object(drr["2.weight"])
+            assert not np.allclose(everyone[0], everyone[1]), what
+
+
+def check_allreduce_process_sets():
+    """hvd.allreduce / grouped_allreduce with process_set= and DeepReduce: the payload travels
+    on the caller's set; an explicit DeepReduce(process_set=) must match it."""
+    gen = torch.Generator().manual_seed(7 + rank)
+    for op in (hvd.Average, hvd.Sum):
+        for shape in ((33, 7), (1,), (5,)):
+            t = torch.randn(*shape, generator=gen)
+            for ps_name, ps in (("this", THIS_SET), ("global", hvd.global_process_set)):
+                tag = f"{ps_name}.{op}.{shape}"
+                want = hvd.allreduce(t, op=op, process_set=ps, name=f"dense.{tag}")
+                compression = lossless()
+                got = hvd.allreduce(t, op=op, process_set=ps, name=f"dr.{tag}",
+                                    compression=compression)
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL,
+                                           err_msg=tag)
+                assert_compressed(compression, tag)
+                same_within({"t": got.numpy()}, tag,
+                                   groups=[EVEN.ranks, ODD.ranks] if ps is THIS_SET else None)
+    t = torch.randn(40, generator=gen)
+    explicit = DeepReduce(sparsifier="none", index="entropy", value="raw", min_size=1,
+                          process_set=THIS_SET)
+    got = hvd.allreduce(t, process_set=THIS_SET, name="explicit", compression=explicit)
+    want = hvd.allreduce(t, process_set=THIS_SET, name="explicit.dense")
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
+    # a DeepReduce pinned to one set, handed a global allreduce: refused on every rank, locally
+    try:
+        hvd.allreduce(t, name="wrong.set", compression=explicit)
+    except Exception as exc:  # noqa: BLE001
+        assert "process set" in str(exc), exc
+    else:
+        raise AssertionError("DeepReduce(process_set=this set) accepted a global allreduce")
 
 
 # ---------------------------------------------------------------------------------------------
 # test_dynamic_requires_grad, test_gradient_clipping, test_synchronize_step_warning
 # ---------------------------------------------------------------------------------------------
 
-def scenario_dynamic_requires_grad():
+def check_dynamic_requires_grad():
     """A generator and a discriminator, each with its own DistributedOptimizer; gradients are
     turned off and on between steps, and only the trained half steps."""
     def run(kind):
@@ -284,8 +235,7 @@ def scenario_dynamic_requires_grad():
     assert_close(dense, drr, "dynamic_requires_grad")
     for c in compressions:
         assert_compressed(c, "dynamic_requires_grad")
-    assert_same_within(drr, "dynamic_requires_grad")
-    ok("dynamic_requires_grad")
+    same_within(drr, "dynamic_requires_grad")
 
 
 def linear_setup(kind, seed=3):
@@ -300,7 +250,7 @@ def linear_setup(kind, seed=3):
     return model, opt, compression, gen
 
 
-def scenario_gradient_clipping():
+def check_gradient_clipping():
     """synchronize(), clip the reduced gradients, step under skip_synchronize(); and the
     warning when step() follows synchronize() without it."""
     def run(kind):
@@ -334,8 +284,7 @@ def scenario_gradient_clipping():
     (dense, _), (drr, compression) = both(run)
     assert_close(dense, drr, "gradient_clipping")
     assert_compressed(compression, "gradient_clipping")
-    assert_same_within(drr, "gradient_clipping")
-    ok("gradient_clipping")
+    same_within(drr, "gradient_clipping")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +302,7 @@ class TwoConv(torch.nn.Module):
         return self.conv2(self.conv1(x))
 
 
-def scenario_named_parameters():
+def check_named_parameters():
     net1, net2 = torch.nn.Conv2d(1, 1, 1), torch.nn.Conv2d(1, 1, 1)
 
     def duplicate(compression):
@@ -397,7 +346,7 @@ def scenario_named_parameters():
     (dense, _), (drr, compression) = both(no_names)
     assert_close(dense, drr, "no_named_parameters")
     assert_compressed(compression, "no_named_parameters")
-    assert_same_within(drr, "no_named_parameters")
+    same_within(drr, "no_named_parameters")
 
     def groups(kind):  # test_optimizer_no_named_parameters: two parameter groups, no names
         torch.manual_seed(0)
@@ -419,15 +368,14 @@ def scenario_named_parameters():
     (dense, _), (drr, compression) = both(groups)
     assert_close(dense, drr, "optimizer_no_named_parameters")
     assert_compressed(compression, "optimizer_no_named_parameters")
-    assert_same_within(drr, "optimizer_no_named_parameters")
-    ok("named_parameters")
+    same_within(drr, "optimizer_no_named_parameters")
 
 
 # ---------------------------------------------------------------------------------------------
 # test_sparse_embeddings
 # ---------------------------------------------------------------------------------------------
 
-def scenario_sparse_embeddings():
+def check_sparse_embeddings():
     """A sparse nn.Embedding with SparseAdam: Horovod's sparse allgather (compression not
     involved) and sparse_as_dense=True (the densified gradient goes through DeepReduce)."""
     for sparse_as_dense in (False, True):
@@ -451,8 +399,7 @@ def scenario_sparse_embeddings():
         assert_close(dense, drr, f"sparse_embeddings(sparse_as_dense={sparse_as_dense})")
         if sparse_as_dense:
             assert_compressed(compression, "sparse_as_dense")
-        assert_same_within(drr, f"sparse_embeddings.{sparse_as_dense}")
-    ok("sparse_embeddings")
+        same_within(drr, f"sparse_embeddings.{sparse_as_dense}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,7 +480,7 @@ def broadcast_state_once(cls, params, kind):
             **{"step2." + k: v for k, v in final.items()}}, (compression, compression2)
 
 
-def scenario_broadcast_state():
+def check_broadcast_state():
     # Horovod's hyperparameters at a smaller rate (and a mean loss) so that a few steps stay
     # well-conditioned: the two runs differ only by the order ranks are summed in
     param_sets = [dict(lr=0.02, momentum=0.9, weight_decay=0.1, centered=True), dict(lr=0.02)]
@@ -550,12 +497,11 @@ def scenario_broadcast_state():
         for c in compressions:
             assert_compressed(c, name)
         step2 = {k: v for k, v in drr.items() if k.startswith("step2.")}
-        assert_same_within(step2, f"broadcast_state.{name}.{len(params)}")
+        same_within(step2, f"broadcast_state.{name}.{len(params)}")
         covered.append(name)
     assert {"SGD", "Adam", "RMSprop", "Adagrad"} <= set(covered), covered
     broadcast_state_options()
     broadcast_state_no_grad()
-    ok("broadcast_state")
 
 
 def broadcast_state_options():
@@ -596,7 +542,7 @@ def broadcast_state_options():
         (dense, _), (drr, compression) = both(run)
         assert_close(dense, drr, f"broadcast_state_options {name}")
         assert_compressed(compression, name)
-        assert_same_within(drr, f"broadcast_state_options.{name}")
+        same_within(drr, f"broadcast_state_options.{name}")
 
 
 def broadcast_state_no_grad():
@@ -635,17 +581,8 @@ def broadcast_state_no_grad():
     (dense, _), (drr, compression) = both(run)
     assert_close(dense, drr, "broadcast_state_no_grad")
     assert_compressed(compression, "broadcast_state_no_grad")
-    assert_same_within(drr, "broadcast_state_no_grad")
+    same_within(drr, "broadcast_state_no_grad")
 
-
-SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()
-             if name.startswith("scenario_")}
 
 if __name__ == "__main__":
-    faulthandler.enable()
-    for scenario in sys.argv[1:] or SCENARIOS:
-        faulthandler.dump_traceback_later(SCENARIO_TIMEOUT, exit=True)
-        print(f"SCENARIO {scenario} start", flush=True)
-        SCENARIOS[scenario]()
-        faulthandler.cancel_dump_traceback_later()
-    hvd.barrier()
+    harness.main(globals(), finish=hvd.barrier)
