@@ -14,7 +14,7 @@ DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
 .PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk bench-hotpath bench-scaling bench-fuzz bench-hosts bench-synthetic bench-device \
-	bench-e2e bench-convergence capture clean
+	bench-e2e bench-convergence bench-tta capture clean
 
 setup: .venv/.installed
 
@@ -91,6 +91,10 @@ bench-device: setup
 # Horovod's synthetic benchmark shape: ResNet-50 on random images, 2 ranks, dense / fp16 / default
 bench-synthetic: setup
 	$(PY) scripts/bench_e2e.py synthetic --repeats 1
+
+# as root: time to accuracy at 1 Gbit/s (wide MLP, digits CNN in torch and TF, LSTM; 3 seeds)
+bench-tta: setup
+	$(PY) scripts/bench_tta.py
 
 bench-convergence: setup
 	$(PY) scripts/bench_e2e.py convergence $(if $(QUICK),--quick)

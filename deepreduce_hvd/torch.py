@@ -36,6 +36,7 @@ from .adapters.torch_adapter import TorchAdapter
 from .comm.base import DeepReduceBase
 from .comm.communicator import Flight
 from .comm.elastic import ElasticHandler
+from .errors import DeepReduceError
 
 _NAME_ATTR = "_deepreduce_name"
 
@@ -46,6 +47,19 @@ def named(tensor: torch.Tensor, name: str) -> torch.Tensor:
     return tensor
 
 
+def sgd_momentum(optimizer: torch.optim.Optimizer) -> float:
+    """The momentum every parameter group of an SGD optimizer shares, for momentum correction."""
+    groups = optimizer.param_groups
+    if not isinstance(optimizer, torch.optim.SGD) or any(
+            g.get("nesterov") or g.get("dampening", 0) for g in groups):
+        raise DeepReduceError("momentum correction works with torch.optim.SGD (no Nesterov, no "
+                              f"dampening), not {type(optimizer).__name__} {optimizer.defaults}")
+    momenta = {float(g.get("momentum", 0.0)) for g in groups}
+    if len(momenta) != 1:
+        raise DeepReduceError(f"the optimizer's parameter groups differ in momentum: {momenta}")
+    return momenta.pop()
+
+
 class DeepReduce(DeepReduceBase, Compressor):
     """A horovod.torch compression; see the module docstring. Keyword arguments: those of
     deepreduce_hvd.comm.config.Options (sparsifier, ratio, index, value, memory, min_size,
@@ -54,10 +68,14 @@ class DeepReduce(DeepReduceBase, Compressor):
     def __init__(self, **options: Any) -> None:
         super().__init__(TorchAdapter(), **options)
 
-    def name_parameters(self, named_parameters: Iterable[Tuple[str, torch.nn.Parameter]]
-                        ) -> "DeepReduce":
+    def name_parameters(self, named_parameters: Iterable[Tuple[str, torch.nn.Parameter]],
+                        optimizer: Optional[torch.optim.Optimizer] = None) -> "DeepReduce":
         """Tag every gradient of these parameters with the parameter's name (call it with the
-        same named_parameters given to hvd.DistributedOptimizer). Returns self."""
+        same named_parameters given to hvd.DistributedOptimizer). With `optimizer` (a
+        momentum SGD, before hvd.DistributedOptimizer wraps it), momentum correction takes
+        its momentum. Returns self."""
+        if optimizer is not None:
+            self.comm.set_momentum(sgd_momentum(optimizer))
         def tagger(name):
             def tag(param):
                 if param.grad is not None:

@@ -60,13 +60,18 @@ HOST_CONFIGS = {
 }
 
 
-def write_table(stem, header, align, rows):
-    """docs/<stem>.md: a markdown table (align: one of "l"/"r" per column); printed too."""
+def markdown_table(header, align, rows):
+    """A markdown table (align: one of "l"/"r" per column)."""
     lines = ["| " + " | ".join(header) + " |",
              "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    (DOCS / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+
+
+def write_table(stem, header, align, rows):
+    """docs/<stem>.md: a markdown table; printed too."""
+    text = markdown_table(header, align, rows)
+    (DOCS / f"{stem}.md").write_text(text + "\n")
+    print(text)
 
 
 def run(cmd, timeout, netns=False):

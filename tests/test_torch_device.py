@@ -68,3 +68,18 @@ def test_nonfinite_gradient_resets_the_residual():
     frame = path.compress("w", grad)
     got, _ = pipeline.decompress(frame, (2000,), "float32", 1)
     assert np.isnan(got).all() and pipeline.memory.residual("w") is None
+
+
+def test_momentum_is_read_from_the_optimizer():
+    from deepreduce_hvd.torch import DeepReduce
+    model = torch.nn.Linear(4, 3)
+    compression = DeepReduce().name_parameters(
+        model.named_parameters(), optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.8))
+    assert compression.pipeline.momentum.momentum == 0.8
+    assert compression.pipeline.get_config()["momentum"] == 0.8
+    for wrong in (torch.optim.Adam(model.parameters()),
+                  torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True),
+                  torch.optim.SGD([{"params": [model.weight], "momentum": 0.9},
+                                   {"params": [model.bias], "momentum": 0.5}], lr=0.1)):
+        with pytest.raises(dr.DeepReduceError):
+            DeepReduce().name_parameters(model.named_parameters(), optimizer=wrong)

@@ -31,10 +31,12 @@ from deepreduce_hvd.tensorflow import DeepReduce  # noqa: E402
 
 # the dense run that the closing line compares with (`make demo-baseline` records it)
 BASELINE = Path(__file__).resolve().parent.parent / "docs" / "digits_dense_tf.json"
+MOMENTUM = 0.9
 
 
 def parse_args():
     parser = compression_parser(__doc__)
+    parser.add_argument("--model", default="convnet", choices=sorted(MODELS))
     return add_digits_training_args(parser).parse_args()
 
 
@@ -47,7 +49,7 @@ def digits_split(seed, test_fraction=0.2):
     return x[train], data.target[train], x[test], data.target[test]
 
 
-def make_model():
+def convnet():
     return keras.Sequential([
         keras.layers.Conv2D(32, 3, padding="same", activation="relu", input_shape=(8, 8, 1)),
         keras.layers.Conv2D(64, 3, strides=2, padding="same", activation="relu"),
@@ -57,12 +59,26 @@ def make_model():
         keras.layers.Dense(10)])
 
 
+def cnn():
+    """The CNN of the time-to-accuracy runs (torch/digits.py's DigitsCNN)."""
+    return keras.Sequential([
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu", input_shape=(8, 8, 1)),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(10)])
+
+
+MODELS = {"convnet": convnet, "cnn": cnn}
+
+
 def make_compression(args):
     if args.compression == "none":
         return hvd.Compression.none
     if args.compression == "fp16":
         return hvd.Compression.fp16
-    return DeepReduce(**pipeline_config(args))
+    return DeepReduce(**pipeline_config(args), momentum=MOMENTUM if args.momentum_correction else 0.0)
 
 
 def main():
@@ -73,8 +89,8 @@ def main():
     shard = len(y_train) // hvd.size()  # equal shards: every rank takes the same number of steps
     x_train = x_train[hvd.rank()::hvd.size()][:shard]
     y_train = y_train[hvd.rank()::hvd.size()][:shard]
-    model = make_model()
-    optimizer = keras.optimizers.SGD(args.lr, momentum=0.9)
+    model = MODELS[args.model]()
+    optimizer = keras.optimizers.SGD(args.lr, momentum=MOMENTUM)
     compression = make_compression(args)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

@@ -10,17 +10,16 @@
                                            a user would pick instead (horovodrun only launches)
 """
 import json
-import os
 import statistics
 import time
 import zlib
 
 import horovod.torch as hvd
 import torch
-import torch.distributed as dist
 from torch.nn import functional as F
 
 from options import compression_parser, pipeline_config
+from peers import bytes_sent_powersgd, powersgd_model
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
 from text import WordLSTM, batches, stdlib_corpus
@@ -60,35 +59,6 @@ def workload(name, generator):
         pick = torch.randint(0, len(y), (32,), generator=generator)
         return F.cross_entropy(model(x[pick]), y[pick])
     return model, loss
-
-
-def powersgd_model(model, rank):
-    """DDP over gloo (addresses from horovodrun's environment) with the PowerSGD hook; the
-    bucket size is set explicitly (gloo mismatches collectives with the default buckets)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
-    dist.init_process_group("gloo", rank=hvd.rank(), world_size=hvd.size())
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
-    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
-                                   start_powerSGD_iter=2, min_compression_rate=2, use_error_feedback=True,
-                                   warm_start=True)
-    ddp.register_comm_hook(state, powersgd.powerSGD_hook)
-    return ddp
-
-
-def bytes_sent_powersgd(model, rank):
-    """What PowerSGD sends per step: P (n x r) and Q (m x r) for each compressed matrix, the
-    rest dense (what its hook does with min_compression_rate=2)."""
-    total = 0
-    for p in model.parameters():
-        if p.dim() >= 2:
-            n, m = p.shape[0], p[0].numel()
-            low_rank = (n + m) * rank
-            total += 4 * (low_rank if low_rank * 2 <= n * m else n * m)
-        else:
-            total += 4 * p.numel()
-    return total
 
 
 def main():

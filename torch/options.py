@@ -15,6 +15,10 @@ def compression_parser(doc, sparsifier="topk", value="auto"):
     parser.add_argument("--memory", default="residual", choices=["residual", "none"])
     parser.add_argument("--warmup-steps", type=int, default=0,
                         help="density warm-up: from 25%% down to --ratio over this many steps")
+    parser.add_argument("--fixed-density", action="store_true",
+                        help="no Accordion critical phases: always select --ratio")
+    parser.add_argument("--momentum-correction", action="store_true",
+                        help="DGC's momentum correction, for the job's momentum-SGD optimizer")
     parser.add_argument("--objective", default="time", choices=["time", "bytes"],
                         help="with an 'auto' codec: least predicted time (default) or fewest bytes")
     parser.add_argument("--bandwidth", default=None,
@@ -39,4 +43,5 @@ def pipeline_config(args):
     """DeepReduce keyword arguments from the parsed options."""
     return dict(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index, value=args.value,
                 memory=None if args.memory == "none" else "residual", objective=args.objective,
-                bandwidth=args.bandwidth, warmup_steps=args.warmup_steps)
+                bandwidth=args.bandwidth, warmup_steps=args.warmup_steps,
+                adaptive_density=not args.fixed_density)

@@ -3,6 +3,8 @@
     horovodrun -np 2 -H localhost:2 --gloo python torch/train_digits.py \\
         --compression deepreduce --index bloom --value qsgd
     ... --compression none | fp16      (Horovod's own, for comparison)
+    ... --peer powersgd --powersgd-rank 4    (PyTorch DDP with the PowerSGD hook)
+    ... --peer compute                       (no communication: the time floor)
 
 Rank 0 shows a progress bar and prints, per epoch, the training loss, test accuracy and the
 megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries,
@@ -17,6 +19,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from options import add_digits_training_args, compression_parser, pipeline_config
+from peers import add_peer_args, bytes_sent_powersgd, data_parallel
 from history import History
 from deepreduce_hvd.torch import DeepReduce
 from digits import MODELS, digits_split
@@ -28,11 +31,13 @@ BASELINE = Path(__file__).resolve().parent.parent / "docs" / "digits_dense_torch
 def parse_args():
     parser = compression_parser(__doc__)
     parser.add_argument("--model", default="resnet20", choices=sorted(MODELS))
-    return add_digits_training_args(parser).parse_args()
+    return add_digits_training_args(add_peer_args(parser)).parse_args()
 
 
 def make_compression(args):
-    """DeepReduce from the options, or Horovod's own compression."""
+    """DeepReduce from the options, or Horovod's own compression (None for a peer)."""
+    if getattr(args, "peer", None) is not None:
+        return None
     if args.compression == "none":
         return hvd.Compression.none
     if args.compression == "fp16":
@@ -40,13 +45,17 @@ def make_compression(args):
     return DeepReduce(**pipeline_config(args))
 
 
-def sent_bytes(compression, model, steps):
+def sent_bytes(args, compression, model, steps):
     """Bytes this rank sent: DeepReduce counts its real payloads; Horovod's dense compressors
-    send every gradient at 4 (none) or 2 (fp16) bytes per element."""
+    send every gradient at 4 (none) or 2 (fp16) bytes per element; PowerSGD its factors."""
     if isinstance(compression, DeepReduce):
         stats = compression.stats()
         return stats["bytes_sent"], stats["dense_bytes"]
     dense = 4 * steps * sum(p.numel() for p in model.parameters())
+    if args.peer == "powersgd":
+        return steps * bytes_sent_powersgd(model, args.powersgd_rank), dense
+    if args.peer == "compute":
+        return 0, dense
     return (dense // 2 if compression is hvd.Compression.fp16 else dense), dense
 
 
@@ -68,12 +77,9 @@ def main():
     x_train = x_train[hvd.rank()::hvd.size()][:shard]
     y_train = y_train[hvd.rank()::hvd.size()][:shard]
     model = MODELS[args.model]()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     compression = make_compression(args)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+    trained, optimizer = data_parallel(model, args, lambda params: torch.optim.SGD(
+        params, lr=args.lr, momentum=0.9, weight_decay=5e-4), compression)
     steps_per_epoch = len(y_train) // args.batch_size
     history, steps = History(hvd.rank(), args.json, {**vars(args), "ranks": hvd.size()}), 0
     generator = torch.Generator().manual_seed(args.seed + hvd.rank())
@@ -85,7 +91,7 @@ def main():
         for step in bar:
             batch = order[step * args.batch_size:(step + 1) * args.batch_size]
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
+            loss = F.cross_entropy(trained(x_train[batch]), y_train[batch])
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
@@ -93,7 +99,7 @@ def main():
         steps += steps_per_epoch
         loss = hvd.allreduce(torch.tensor(sum(losses) / len(losses)), name=f"loss.{epoch}").item()
         history.add(epoch, {"loss": loss, "test_accuracy": evaluate(model, x_test, y_test)},
-                    *sent_bytes(compression, model, steps), time.perf_counter() - start)
+                    *sent_bytes(args, compression, model, steps), time.perf_counter() - start)
     history.compare(args.baseline or BASELINE)
     history.save()
 

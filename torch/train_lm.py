@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from options import compression_parser
+from peers import add_peer_args, data_parallel
 from history import History
 from text import WordLSTM, batches, stdlib_corpus
 from train_digits import make_compression, sent_bytes
@@ -24,8 +25,9 @@ def parse_args():
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--steps-per-epoch", type=int, default=60)
     parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="rank 0 writes the per-epoch history here")
-    return parser.parse_args()
+    return add_peer_args(parser).parse_args()
 
 
 def perplexity(model, data, seq=35, windows=64):
@@ -42,29 +44,27 @@ def perplexity(model, data, seq=35, windows=64):
 def main():
     args = parse_args()
     hvd.init()
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     train, val, vocab = stdlib_corpus()
     model = WordLSTM(vocab)
     compression = make_compression(args)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr),
-                                   named_parameters=model.named_parameters(),
-                                   compression=compression)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    generator = torch.Generator().manual_seed(hvd.rank())
+    trained, opt = data_parallel(model, args, lambda params: torch.optim.SGD(params, lr=args.lr),
+                                 compression)
+    generator = torch.Generator().manual_seed(args.seed + hvd.rank())
     history = History(hvd.rank(), args.json, vars(args))
     for epoch in range(1, args.epochs + 1):
         start, losses = time.perf_counter(), []
         for _ in range(args.steps_per_epoch):
             x, y = batches(train, 16, 35, generator)
             opt.zero_grad()
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            loss = F.cross_entropy(trained(x).flatten(0, 1), y.flatten())
             loss.backward()
             opt.step()
             losses.append(loss.item())
         history.add(epoch, {"loss": sum(losses) / len(losses),
                             "val_perplexity": perplexity(model, val)},
-                    *sent_bytes(compression, model, epoch * args.steps_per_epoch),
+                    *sent_bytes(args, compression, model, epoch * args.steps_per_epoch),
                     time.perf_counter() - start)
     history.save()
 

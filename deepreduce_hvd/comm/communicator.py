@@ -89,6 +89,14 @@ class Communicator:
             self.sets[key] = SetState(self.pipeline if mine else Pipeline(**self.options.pipeline))
         return self.sets[key]
 
+    def set_momentum(self, momentum: float) -> None:
+        """Turn on momentum correction for an optimizer of this momentum (before any step)."""
+        if any(s.pipeline.steps() for s in self.sets.values()) or self.pipeline.steps():
+            raise DeepReduceError("set the optimizer's momentum before the first step")
+        options = dict(self.options.pipeline, momentum=momentum)
+        self.pipeline = Pipeline(**options)  # validates it
+        self.options.pipeline, self.sets = options, {}
+
     def policy(self, state: SetState, process_set: Any) -> Policy:
         """The set's policy, built on first use: the planner (calibrated on the set, or on
         the hosts' leaders in the hierarchical mode) and the hierarchy of hosts."""
@@ -193,9 +201,11 @@ class Communicator:
         return choose
 
     def _on_device(self, flight):
-        """Whether this tensor is compensated and selected by framework ops on its device."""
+        """Whether this tensor is compensated and selected by framework ops on its device
+        (momentum correction keeps its velocities on the host)."""
         info, device_path = flight.info, self.options.device_path
         wanted = info.on_device if device_path == "auto" else bool(device_path)
+        wanted = wanted and flight.state.pipeline.momentum is None
         return wanted and info.size is not None and (
             flight.plan.kind != ALLGATHER or self._device(flight.state).supports())
 
@@ -211,8 +221,20 @@ class Communicator:
         if flight.plan.kind == HIERARCHICAL:
             if flight.total is None:
                 self._exchange_across_hosts(flight.state.hierarchy)
-            return self.adapter.finish(self.adapter.scaled(flight.total, reduced), flight.tensor)
-        return self._receive(reduced, flight)
+            out = self.adapter.finish(self.adapter.scaled(flight.total, reduced), flight.tensor)
+        else:
+            out = self._receive(reduced, flight)
+        return self._for_optimizer(out, flight)
+
+    def _for_optimizer(self, delivered, flight):
+        """With momentum correction, what the optimizer is handed for the delivered average
+        (compression/momentum.py), on every route alike."""
+        momentum = flight.state.pipeline.momentum
+        if momentum is None or flight.name is None:
+            return delivered
+        corrected = self.adapter.host_call(lambda d: momentum.for_optimizer(flight.name, d),
+                                           [delivered], "float32", like=flight.tensor)
+        return self.adapter.finish(corrected, flight.tensor)
 
     def _receive(self, reduced, flight):
         """The reduced tensor of a flight: cast back, or every rank's payload decoded, summed

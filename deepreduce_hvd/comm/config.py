@@ -24,6 +24,12 @@ class Options:
       min_size: tensors with fewer elements are never sparsified (default 1000).
       warmup_steps: density warm-up: each tensor starts at 25% density, decaying
         geometrically to `ratio` over this many steps (default 0: off; see Pipeline).
+      adaptive_density: Accordion's critical regimes (default True): a tensor whose delivered
+        gradient changes fast selects 4x `ratio` until it settles (compression/density.py).
+      momentum: the momentum of the job's SGD optimizer, turning on DGC's momentum correction
+        (compression/momentum.py; default 0: off). The PyTorch class reads it from the
+        optimizer: name_parameters(..., optimizer=opt). momentum_masking: DGC's momentum
+        factor masking (default False). Needs memory="residual"; runs on the host.
       objective: "time" (default): with an "auto" codec, each tensor takes the way with the
         least predicted time, Horovod's own fp32 or fp16 allreduce included; "bytes": the
         smallest payload every time.
@@ -45,7 +51,8 @@ class Options:
                  objective: str = "time", bandwidth: Union[None, float, str] = None,
                  process_set: Any = None, warmup_steps: int = 0,
                  device_path: Union[str, bool] = "auto", hierarchical: bool = False,
-                 **unknown: Any) -> None:
+                 adaptive_density: bool = True, momentum: float = 0.0,
+                 momentum_masking: bool = False, **unknown: Any) -> None:
         if unknown:
             raise DeepReduceError(f"DeepReduce got unknown options {sorted(unknown)}")
         if objective not in OBJECTIVES:
@@ -56,7 +63,9 @@ class Options:
             raise DeepReduceError(f"hierarchical must be True or False, not {hierarchical!r}")
         self.pipeline = dict(sparsifier=sparsifier, ratio=ratio, threshold=threshold, index=index,
                              value=value, arrangement=arrangement, memory=memory,
-                             min_size=min_size, seed=seed, warmup_steps=warmup_steps)
+                             min_size=min_size, seed=seed, warmup_steps=warmup_steps,
+                             adaptive_density=adaptive_density, momentum=momentum,
+                             momentum_masking=momentum_masking)
         Pipeline(**self.pipeline)  # validates the pipeline's options
         self.index, self.value = index, value
         self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)

@@ -22,6 +22,17 @@ FORMAT = 1
 GLOBAL = "global"
 
 
+def map_arrays(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """`value` with fn applied to every array in it (dicts and lists walked, plain values kept)."""
+    if isinstance(value, dict):
+        return {k: map_arrays(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [map_arrays(v, fn) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return fn(value)
+
+
 def set_key(ranks, is_global):
     """A process set's name in the state: "global", or its ranks ("ranks:0,2")."""
     return GLOBAL if is_global else "ranks:" + ",".join(map(str, ranks))
@@ -54,8 +65,7 @@ class SetState:
 
     def state_dict(self, export: Callable[[Any], Any]) -> dict:
         planner = self.policy.planner.state_dict() if self.policy is not None else self.saved_planner
-        pipeline = self.pipeline.state_dict()
-        pipeline["residuals"] = {name: export(a) for name, a in pipeline["residuals"].items()}
+        pipeline = map_arrays(self.pipeline.state_dict(), export)
         calibration = None
         if self.calibration is not None:
             links, priors, ranks = self.calibration
@@ -65,9 +75,7 @@ class SetState:
 
     def load_state_dict(self, state: dict, to_numpy: Callable[[Any], np.ndarray],
                         assign: Optional[Callable] = None) -> None:
-        pipeline = dict(state["pipeline"])
-        pipeline["residuals"] = {name: to_numpy(a) for name, a in pipeline["residuals"].items()}
-        self.pipeline.load_state_dict(pipeline, assign)
+        self.pipeline.load_state_dict(map_arrays(state["pipeline"], to_numpy), assign)
         self.policy = self.hierarchy = None
         self.saved_planner = state["planner"]
         saved = state["calibration"]

@@ -23,18 +23,20 @@ from ..errors import DeepReduceError
 from ..wire import frames
 from ..wire.payload import check_shape
 from . import sparsify
+from .density import Density
 from .memory import ResidualMemory
+from .momentum import MomentumCorrection, check_momentum
 
 SPARSIFIERS = ("topk", "randomk", "threshold", "none")
-WARMUP_START = 0.25  # the density warm-up starts at DGC's first-epoch density
 MEMORIES = (None, "none", "residual")
 
 
 class Stats:
     """Counters a training job can log: bytes_sent, dense_bytes, ratio, tensors_compressed
     (sent as sparse payloads), tensors_allreduced (handed to Horovod's allreduce, fp32 or
-    fp16, by the time-aware choice), tensors_passed_through, tensors_nonfinite, encode_s,
-    decode_s."""
+    fp16, by the time-aware choice), tensors_passed_through, tensors_nonfinite,
+    selections_boosted (sparse selections made at a critical phase's higher density),
+    encode_s, decode_s."""
 
     def __init__(self):
         self.reset()
@@ -42,11 +44,12 @@ class Stats:
     def reset(self):
         self.bytes_sent = self.dense_bytes = 0
         self.tensors_compressed = self.tensors_allreduced = self.tensors_passed_through = 0
-        self.tensors_nonfinite = 0
+        self.tensors_nonfinite = self.selections_boosted = 0
         self.encode_s = self.decode_s = 0.0
 
     COUNTERS = ("bytes_sent", "dense_bytes", "tensors_compressed", "tensors_allreduced",
-                "tensors_passed_through", "tensors_nonfinite", "encode_s", "decode_s")
+                "tensors_passed_through", "tensors_nonfinite", "selections_boosted", "encode_s",
+                "decode_s")
 
     def as_dict(self) -> dict[str, Any]:
         return self.combined([self])
@@ -89,6 +92,11 @@ class Pipeline:
     warmup_steps: density warm-up (Deep Gradient Compression): top-k and random-k keep 25%
     of a tensor at its first step, decaying geometrically to `ratio` over this many steps,
     so that early training, when gradients change fastest, is not starved (default 0: off).
+    adaptive_density: Accordion's critical regimes (compression/density.py): a tensor whose
+    delivered gradient's norm changes fast selects 4x the ratio until it settles (default off
+    here; DeepReduce turns it on).
+    momentum: the momentum of the job's SGD optimizer, for DGC's momentum correction
+    (compression/momentum.py; 0: off); momentum_masking: DGC's momentum factor masking.
 
     A gradient holding NaN or Inf is not encoded: every rank receives NaN for that tensor
     (as a dense allreduce would deliver NaN; an AMP loss scaler then skips the step), and its
@@ -98,10 +106,10 @@ class Pipeline:
     def __init__(self, sparsifier: str = "topk", ratio: float = 0.01, threshold: float = 0.0,
                  index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
                  memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
-                 warmup_steps: int = 0) -> None:
+                 warmup_steps: int = 0, adaptive_density: bool = False, momentum: float = 0.0,
+                 momentum_masking: bool = False) -> None:
         if sparsifier not in SPARSIFIERS:
             raise DeepReduceError(f"sparsifier must be one of {SPARSIFIERS}, not {sparsifier!r}")
-        sparsify.selection_size(1, ratio)  # validates the ratio
         sparsify.check_threshold(threshold)
         if memory not in MEMORIES:
             raise DeepReduceError(f"memory must be None or 'residual', not {memory!r}")
@@ -111,6 +119,15 @@ class Pipeline:
             raise DeepReduceError(f"warmup_steps must be a non-negative int, not {warmup_steps!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise DeepReduceError(f"seed must be an integer in [0, 2**64), not {seed!r}")
+        for flag, setting in (("adaptive_density", adaptive_density),
+                              ("momentum_masking", momentum_masking)):
+            if not isinstance(setting, bool):
+                raise DeepReduceError(f"{flag} must be True or False, not {setting!r}")
+        self.density = Density(ratio, warmup_steps, adaptive_density)
+        if check_momentum(momentum) and memory != "residual":
+            raise DeepReduceError("momentum correction needs memory='residual' (the velocity "
+                                  "not yet sent waits in the residual)")
+        self.momentum = MomentumCorrection(momentum, momentum_masking) if momentum else None
         self.sparsifier, self.ratio, self.threshold = sparsifier, ratio, float(threshold)
         self.codec = SparseCodec(index=index, value=value, arrangement=arrangement)
         self.memory = ResidualMemory() if memory == "residual" else None
@@ -122,15 +139,20 @@ class Pipeline:
     def get_config(self) -> dict:
         return {"sparsifier": self.sparsifier, "ratio": self.ratio, "threshold": self.threshold,
                 **self.codec.get_config(), "memory": "residual" if self.memory else None,
-                "min_size": self.min_size, "warmup_steps": self.warmup_steps}
+                "min_size": self.min_size, "warmup_steps": self.warmup_steps,
+                "adaptive_density": self.density.adaptive,
+                "momentum": self.momentum.momentum if self.momentum else 0.0,
+                "momentum_masking": bool(self.momentum and self.momentum.masking)}
 
     def state_dict(self) -> dict:
         """What this pipeline's next steps depend on: the residuals (error feedback), each
         tensor's step count (density warm-up, random-k seeds), its last decode time (sent in
-        frames) and the codec's random state. Arrays as the memory holds them."""
+        frames), the codec's random state, the critical-phase detector's sums and the
+        momentum correction's velocities. Residuals as the memory holds them."""
         return {"residuals": self.memory.items() if self.memory is not None else {},
                 "steps": self.steps(), "last_decode": dict(self._last_decode),
-                "codec": self.codec.random_state()}
+                "codec": self.codec.random_state(), "density": self.density.state_dict(),
+                "momentum": self.momentum.state_dict() if self.momentum else None}
 
     def steps(self) -> dict:
         """How many steps each named tensor has taken."""
@@ -147,15 +169,15 @@ class Pipeline:
         self.set_steps(state["steps"])
         self._last_decode = {name: float(s) for name, s in state["last_decode"].items()}
         self.codec.set_random_state(state["codec"])
+        self.density.load_state_dict(state["density"])
+        if self.momentum is not None:
+            self.momentum.load_state_dict(state["momentum"])
 
     def current_ratio(self, name=None):
-        """The ratio of tensor `name`'s next selection: `ratio`, or during its density warm-up
-        a geometric decay from WARMUP_START (unnamed tensors: `ratio`). Every rank compresses
-        a tensor the same number of times, so every rank selects the same count."""
-        step = self._steps.get(name, 0) if name is not None else self.warmup_steps
-        if step >= self.warmup_steps or self.ratio >= WARMUP_START:
-            return self.ratio
-        return WARMUP_START * (self.ratio / WARMUP_START) ** (step / self.warmup_steps)
+        """The ratio of tensor `name`'s next selection (compression/density.py). Every rank
+        compresses a tensor the same number of times and decodes the same sums, so every rank
+        selects the same count."""
+        return self.density.ratio(name, self._steps.get(name, 0))
 
     def selection_count(self, size, name=None):
         """How many elements the sparsifier sends from a tensor of `size` (at most) at tensor
@@ -201,16 +223,26 @@ class Pipeline:
         that one cannot encode these values (else every rank raises the error)."""
         start = time.perf_counter()
         work = np.asarray(dense, dtype=np.float32) if dense.dtype.name in ("bfloat16", "float16") else dense
+        if self.momentum is not None and name is not None:
+            work = self.momentum.velocity(name, work)
         picked = self._compensated_selection(name, work)
         values, indices, seed, compensated = picked if picked is not None else (None,) * 4
         frame, encoded = self.encode_selected(values, indices, dense.shape, dense.dtype, name,
                                               codec, fallback, compensated, seed, start)
         if self.memory is not None and name is not None:
             if picked is None:
-                self.memory.reset(name)
+                self._forget(name)
             elif encoded is not None:
                 self.memory.deliver(name, encoded.positions, encoded.values)
+                if self.momentum is not None:
+                    self.momentum.sent(name, encoded.positions)
         return frame
+
+    def _forget(self, name):
+        """Tensor `name`'s gradient was not finite: its error feedback starts afresh."""
+        self.memory.reset(name)
+        if self.momentum is not None:
+            self.momentum.reset(name)
 
     def encode_selected(self, values, indices, shape, dtype, name=None, codec=None,
                         fallback=None, dense=None, seed=None, start=None):
@@ -243,6 +275,8 @@ class Pipeline:
         self.stats.bytes_sent += len(frame)
         self.stats.dense_bytes += 4 * math.prod(shape)
         self.stats.tensors_compressed += 1
+        if self.sparsifier in ("topk", "randomk") and self.density.critical(name):
+            self.stats.selections_boosted += 1
         self._advance(name)
         return frame, encoded
 
@@ -274,6 +308,7 @@ class Pipeline:
             for values, indices in decode_all([frame.payload for frame in received], shape,
                                               dtype_name):
                 scatter_add(total, indices, values, scale)
+            self.density.observe(name, total)
         elapsed = time.perf_counter() - start
         self._last_decode[name] = elapsed
         self.stats.decode_s += elapsed
@@ -286,17 +321,21 @@ class Pipeline:
         start = time.perf_counter()
         memory = self.memory if name is not None else None
         if memory is not None:
+            if self.momentum is not None:
+                dense = self.momentum.velocity(name, dense)
             work = memory.compensate(name, dense)
         else:
             work = np.array(dense, dtype=np.float32) if half else np.asarray(dense, np.float32)
         if half:
             sent, finite = to_half(work, keep_error=memory is not None)
             if memory is not None and not finite:
-                memory.reset(name)
+                self._forget(name)
         else:
             sent = work.copy() if memory is not None else work
             if memory is not None:
                 work.fill(0.0)  # receivers got everything
+                if self.momentum is not None and not np.isfinite(sent).all():
+                    self.momentum.reset(name)
         self.count_dense(sent.nbytes, dense.size, time.perf_counter() - start, name)
         return sent
 

@@ -2,8 +2,9 @@
 tests/test_state.py, each check in its own job, in file order, sharing the folder
 DEEPREDUCE_SCRATCH: 20 steps straight against 10 steps, a checkpoint of model, optimizer and
 DeepReduce on every rank, a fresh process that loads it, and 10 more steps. The parameters
-must be bit-identical: the residuals, the per-tensor steps of the density warm-up and qsgd's
-random state all come back from the checkpoint.
+must be bit-identical: the residuals, the per-tensor steps of the density warm-up, qsgd's
+random state, the momentum correction's velocities and the critical-phase detector all come
+back from the checkpoint.
 """
 import os
 from pathlib import Path
@@ -46,10 +47,11 @@ class Torch:
         with torch.no_grad():
             for p, w in zip(self.model.parameters(), initial_weights()):
                 p.copy_(torch.from_numpy(w.T.copy() if w.ndim == 2 else w))
-        self.compression = DeepReduce(**CONFIG).name_parameters(self.model.named_parameters())
+        sgd = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+        self.compression = DeepReduce(**CONFIG).name_parameters(self.model.named_parameters(),
+                                                                optimizer=sgd)
         self.optimizer = hvd.DistributedOptimizer(
-            torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9),
-            named_parameters=self.model.named_parameters(), compression=self.compression)
+            sgd, named_parameters=self.model.named_parameters(), compression=self.compression)
 
     def step(self, x, y):
         self.optimizer.zero_grad()
@@ -80,7 +82,7 @@ class TensorFlow:
         self.hvd, self.tf = hvd, tf
         hvd.init()
         self.weights = [tf.Variable(w) for w in initial_weights()]
-        self.compression = DeepReduce(**CONFIG)
+        self.compression = DeepReduce(**CONFIG, momentum=0.9)
         self.optimizer = tf.optimizers.SGD(0.1, momentum=0.9)
         self.optimizer.build(self.weights)
         self.checkpoint = tf.train.Checkpoint(weights=self.weights, optimizer=self.optimizer,
@@ -130,7 +132,19 @@ def check_straight():
 def check_first_half():
     train(0, STEPS)
     shim.save(SCRATCH / f"checkpoint.{rank}")
-    assert shim.compression.stats()["tensors_compressed"] > 0
+    stats = shim.compression.stats()
+    assert stats["tensors_compressed"] > 0 and stats["selections_boosted"] > 0, stats
+    assert shim.compression.pipeline.momentum is not None
+
+
+def check_critical_phases_agree():
+    """Every rank makes the same critical-phase decisions and selects the same counts."""
+    train(0, STEPS)
+    decisions = shim.compression.pipeline.density.decisions()
+    assert decisions, "no tensor watched"
+    harness.same_within({name: np.array([critical]) for name, critical in decisions.items()},
+                        "critical phases")
+    harness.same_within(np.array([shim.compression.stats()["selections_boosted"]]), "boosted")
 
 
 def check_resumed():

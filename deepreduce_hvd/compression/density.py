@@ -1,0 +1,79 @@
+"""How many elements each tensor's selection keeps: the ratio, DGC's density warm-up, and
+Accordion's critical regimes.
+
+Accordion (Agarwal et al., MLSys 2021): training has critical phases, where a gradient's
+magnitude changes fast, and compressing hard there costs accuracy that later steps do not win
+back. Every INTERVAL steps of a tensor, the norm of its delivered gradient summed over the
+interval is compared with the previous interval's; a relative change of at least THRESHOLD
+marks the tensor critical, and its next interval selects BOOST times as many elements. A
+tensor starts critical (early training is). The delivered sum is the same bits on every rank
+(payloads are added in rank order), so every rank decides alike and selects the same count.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from . import sparsify
+
+WARMUP_START = 0.25  # the density warm-up starts at DGC's first-epoch density
+INTERVAL = 5         # steps between Accordion's checks
+THRESHOLD = float(__import__("os").environ.get("DR_THR", 0.5))  # TEMP
+BOOST = float(__import__("os").environ.get("DR_BOOST", 4))  # TEMP
+
+
+class Density:
+    """The selection ratio of each named tensor at its next step."""
+
+    def __init__(self, ratio: float, warmup_steps: int = 0, adaptive: bool = False) -> None:
+        sparsify.selection_size(1, ratio)  # validates the ratio
+        self.base, self.warmup_steps, self.adaptive = ratio, warmup_steps, adaptive
+        self._watch = {}  # name -> [summed delivered gradient, steps in it, last norm, critical]
+
+    def ratio(self, name: Optional[str], step: int) -> float:
+        """The ratio of tensor `name`'s selection at its `step` (unnamed: the base ratio)."""
+        ratio = self.base
+        if name is not None and step < self.warmup_steps and ratio < WARMUP_START:
+            ratio = WARMUP_START * (ratio / WARMUP_START) ** (step / self.warmup_steps)
+        if self.critical(name):
+            ratio = min(1.0, BOOST * ratio)
+        return ratio
+
+    def critical(self, name: Optional[str]) -> bool:
+        """Whether tensor `name` is in a critical phase (a new named tensor is)."""
+        if not self.adaptive or name is None:
+            return False
+        watch = self._watch.get(name)
+        return watch is None or watch[3]
+
+    def observe(self, name: Optional[str], delivered: np.ndarray) -> None:
+        """Tensor `name`'s delivered (decoded, summed) gradient of one step."""
+        if not self.adaptive or name is None or not np.isfinite(delivered).all():
+            return
+        flat = np.asarray(delivered, dtype=np.float32).reshape(-1)
+        watch = self._watch.get(name)
+        if watch is None or watch[0].size != flat.size:
+            watch = self._watch[name] = [np.zeros(flat.size, np.float32), 0, None, True]
+        watch[0] += flat
+        watch[1] += 1
+        if watch[1] < INTERVAL:
+            return
+        norm = float(np.sqrt(np.dot(watch[0].astype(np.float64), watch[0].astype(np.float64))))
+        last = watch[2]
+        watch[3] = last is None or abs(norm - last) >= THRESHOLD * last
+        watch[0].fill(0.0)
+        watch[1], watch[2] = 0, norm
+
+    def decisions(self) -> dict:
+        """{name: critical} of every watched tensor (the same on every rank)."""
+        return {name: watch[3] for name, watch in self._watch.items()}
+
+    def state_dict(self) -> dict:
+        return {name: {"sum": w[0], "steps": w[1], "norm": w[2], "critical": w[3]}
+                for name, w in self._watch.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._watch = {name: [np.array(w["sum"], dtype=np.float32), int(w["steps"]),
+                              None if w["norm"] is None else float(w["norm"]), bool(w["critical"])]
+                       for name, w in state.items()}

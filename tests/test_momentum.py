@@ -1,0 +1,140 @@
+"""Momentum correction (DGC) and Accordion's critical regimes, on the framework-neutral pipeline."""
+import numpy as np
+import pytest
+
+import deepreduce_hvd as dr
+from deepreduce_hvd.compression import density
+
+
+def one_rank_step(pipeline, gradient):
+    """One step of a 1-rank job: the delivered average of `gradient` as the optimizer gets it."""
+    frame = pipeline.compress("w", gradient)
+    delivered, _ = pipeline.decompress(frame, gradient.shape, "float32", ranks=1, name="w")
+    return delivered, pipeline.momentum.for_optimizer("w", delivered)
+
+
+def test_momentum_correction_matches_a_hand_computed_case():
+    """m = 0.5, top-2 of 4, raw codecs. By hand:
+    step 1: g=[4,-1,2,0.5]  u=g              v=u=[4,-1,2,0.5]   send {0:4, 2:2}  v=[0,-1,0,0.5]
+    step 2: g=[1,1,1,1]     u=[3,0.5,2,1.25] v=[3,-0.5,2,1.75]  send {0:3, 2:2}  v=[0,-0.5,0,1.75]
+    step 3: g=[0,-2,0,1]    u=[1.5,-1.75,1,1.625] v=[1.5,-2.25,1,3.375] send {1:-2.25, 3:3.375}
+    the optimizer gets D_t - m*D_{t-1}: [4,0,2,0], [1,0,1,0], [-1.5,-2.25,-1,3.375]."""
+    pipeline = dr.Pipeline(ratio=0.5, index="raw", value="raw", min_size=0, momentum=0.5)
+    gradients = [[4, -1, 2, 0.5], [1, 1, 1, 1], [0, -2, 0, 1]]
+    delivered = [[4, 0, 2, 0], [3, 0, 2, 0], [0, -2.25, 0, 3.375]]
+    handed = [[4, 0, 2, 0], [1, 0, 1, 0], [-1.5, -2.25, -1, 3.375]]
+    residuals = [[0, -1, 0, 0.5], [0, -0.5, 0, 1.75], [1.5, 0, 1, 0]]
+    for g, d, h, r in zip(gradients, delivered, handed, residuals):
+        got_delivered, got_handed = one_rank_step(pipeline, np.array(g, np.float32))
+        np.testing.assert_array_equal(got_delivered, d)
+        np.testing.assert_array_equal(got_handed, h)
+        np.testing.assert_array_equal(pipeline.memory.residual("w"), r)
+
+
+def dgc_reference(gradients, momentum, ratio, masking):
+    """Deep Gradient Compression's algorithm 1 (one rank, exact values): the updates it makes."""
+    u = v = None
+    updates = []
+    for g in gradients:
+        u = g.copy() if u is None else momentum * u + g
+        v = u.copy() if v is None else v + u
+        k = max(1, int(round(ratio * g.size)))
+        order = np.lexsort((np.arange(g.size), -np.abs(v)))  # largest first, lower position on ties
+        mask = np.zeros(g.size, bool)
+        mask[order[:k]] = True
+        updates.append(np.where(mask, v, 0))
+        v = np.where(mask, 0, v)
+        if masking:
+            u = np.where(mask, 0, u)
+    return updates
+
+
+@pytest.mark.parametrize("masking", [False, True])
+def test_sgd_momentum_on_what_it_is_handed_makes_dgc_updates(masking, rng):
+    """A momentum-SGD optimizer (buf = m*buf + g; w -= lr*buf) fed what the pipeline hands it
+    moves the weights exactly as DGC does."""
+    m, lr = 0.9, 0.1
+    gradients = [rng.standard_normal(300).astype(np.float32) for _ in range(12)]
+    pipeline = dr.Pipeline(ratio=0.05, index="raw", value="raw", min_size=0, momentum=m,
+                           momentum_masking=masking)
+    buf, weights, reference = None, np.zeros(300), np.zeros(300)
+    for g, update in zip(gradients, dgc_reference(gradients, m, 0.05, masking)):
+        _, handed = one_rank_step(pipeline, g)
+        buf = handed.copy() if buf is None else m * buf + handed
+        weights -= lr * buf
+        reference -= lr * update
+    np.testing.assert_allclose(weights, reference, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("value", ["raw", {"id": "qsgd", "bits": 4}])
+def test_error_feedback_loses_nothing_over_many_steps(momentum, value, rng):
+    """sum of delivered + residual = sum of gradients (of velocities with momentum correction),
+    over 60 steps, with a lossy value codec and the critical-phase density changes."""
+    pipeline = dr.Pipeline(ratio=0.02, index="entropy", value=value, momentum=momentum,
+                           adaptive_density=True)
+    shape, velocity = (50, 40), 0
+    sent = fed = 0
+    for step in range(60):
+        g = rng.standard_normal(shape).astype(np.float32) * (1 + step % 7)
+        velocity = momentum * velocity + g
+        frame = pipeline.compress("w", g)
+        delivered, _ = pipeline.decompress(frame, shape, "float32", ranks=1, name="w")
+        sent, fed = sent + delivered, fed + velocity
+    np.testing.assert_allclose(sent + pipeline.memory.residual("w"), fed, rtol=1e-3, atol=1e-3)
+    assert pipeline.stats.selections_boosted > 0
+
+
+def test_dense_route_with_momentum_is_momentum_sgd(rng):
+    """All of the velocity sent (Horovod's own allreduce): the optimizer's buffer is then the
+    average velocity, i.e. plain momentum SGD."""
+    pipeline = dr.Pipeline(momentum=0.9, min_size=0)
+    buf = velocity = 0
+    for _ in range(5):
+        g = rng.standard_normal(100).astype(np.float32)
+        sent = pipeline.compress_dense("w", g)
+        handed = pipeline.momentum.for_optimizer("w", sent)
+        buf, velocity = 0.9 * buf + handed, 0.9 * velocity + g
+        np.testing.assert_allclose(buf, velocity, rtol=1e-5, atol=1e-6)
+
+
+def test_nonfinite_gradient_restarts_the_velocity():
+    pipeline = dr.Pipeline(ratio=0.5, index="raw", value="raw", min_size=0, momentum=0.5)
+    one_rank_step(pipeline, np.ones(4, np.float32))
+    _, handed = one_rank_step(pipeline, np.array([np.nan, 1, 1, 1], np.float32))
+    assert np.isnan(handed).all()
+    delivered, handed = one_rank_step(pipeline, np.ones(4, np.float32))
+    np.testing.assert_array_equal(handed, delivered)  # a fresh start: nothing stale, no NaN
+
+
+def test_momentum_options_are_checked():
+    with pytest.raises(dr.DeepReduceError, match="momentum must be"):
+        dr.Pipeline(momentum=1.0)
+    with pytest.raises(dr.DeepReduceError, match="memory='residual'"):
+        dr.Pipeline(momentum=0.9, memory=None)
+    with pytest.raises(dr.DeepReduceError, match="adaptive_density"):
+        dr.Pipeline(adaptive_density="yes")
+
+
+def test_a_tensor_whose_gradient_settles_leaves_its_critical_phase():
+    watch = density.Density(0.01, adaptive=True)
+    assert watch.ratio("w", 0) == 0.04  # a new tensor is critical
+    for step in range(2 * density.INTERVAL):  # a constant gradient: the norm does not change
+        watch.observe("w", np.ones(10))
+    assert not watch.critical("w") and watch.ratio("w", 10) == 0.01
+    for scale in (1, 1, 1, 1, 5):  # the gradient jumps: critical again
+        watch.observe("w", scale * np.ones(10))
+    assert watch.critical("w")
+    assert not density.Density(0.01).critical("w")  # off unless asked for
+
+
+def test_density_and_momentum_state_round_trip(rng):
+    config = dict(ratio=0.05, index="raw", value="raw", min_size=0, momentum=0.9,
+                  adaptive_density=True)
+    a, b = dr.Pipeline(**config), dr.Pipeline(**config)
+    for _ in range(7):
+        one_rank_step(a, rng.standard_normal(200).astype(np.float32))
+    b.load_state_dict(a.state_dict())
+    for _ in range(4):
+        g = rng.standard_normal(200).astype(np.float32)
+        np.testing.assert_array_equal(one_rank_step(a, g)[1], one_rank_step(b, g)[1])
