@@ -35,6 +35,30 @@ def bloom_body(policy, h, m, inserted, filter_bytes, seed=0):
             .raw(filter_bytes).getvalue())
 
 
+POLICIES = ("p0", "random", "conflict", "leftmost")
+
+
+def bloom_raised(policy):
+    """A valid Bloom payload of 900 of 3,000 values whose dimension is then raised to 2^26
+    (checksum recomputed): the filter's false positives over 2^26 positions are millions."""
+    import deepreduce_hvd as dr
+    from deepreduce_hvd.wire.payload import parse
+    dense = np.random.default_rng(19).standard_normal(3000).astype(np.float32)
+    values, indices = dr.topk(dense, 0.3)
+    p = parse(dr.SparseCodec(index={"id": "bloom", "policy": policy}).encode(
+        values, indices, dense.shape, dense=dense))
+    return payload((1 << 26,), p.count, "bloom", bytes(p.index_body), "raw", bytes(p.value_body))
+
+
+def curve_body(value):
+    """A curve's body that expands to 2^26 values (dexp: two flat runs; polyfit: one piece)."""
+    if value == "dexp":
+        return ByteWriter().varint(1 << 25).raw(np.array([1, 0, 0, 0, -1, 0, 0, 0], "<f4")
+                                                .tobytes()).getvalue()
+    return (ByteWriter().u8(3).varint(1).section(ByteWriter().varint(1 << 26).getvalue())
+            .raw(np.array([1, 2, 3, 4], "<f4").tobytes()).getvalue())
+
+
 CASES = {
     # a 29-byte Bloom p0 payload, every bit set, for a 2^28-element tensor
     "bloom_p0_all_ones": lambda: payload((1 << 28,), 1, "bloom", bloom_body(0, 1, 8, 1, b"\xff"),
@@ -62,6 +86,18 @@ CASES = {
     # a 28-byte Bloom "conflict" payload: h=32, all-ones filter, 2^24 elements
     "bloom_conflict_all_ones": lambda: payload((1 << 24,), 1, "bloom",
                                                bloom_body(2, 32, 46, 1, b"\xff" * 6), "raw", b"\0" * 4),
+    # the issue-19 cases: a tiny filter (h=1, m=8, 6 bits set) claiming 2^26 elements, for
+    # every policy; a valid payload with a dimension raised to 2^26; curves over 2^26 elements
+    **{f"bloom_tiny_filter_{policy}": (lambda i=i: payload(
+        (1 << 26,), 1, "bloom", bloom_body(i, 1, 8, 1, b"\x3f"), "raw", b"\0" * 4))
+       for i, policy in enumerate(POLICIES)},
+    **{f"bloom_dimension_raised_{policy}": (lambda policy=policy: bloom_raised(policy))
+       for policy in POLICIES},
+    "dense_dexp_2_26": lambda: payload((1 << 26,), 1 << 26, "dense", b"", "dexp", curve_body("dexp")),
+    "seeded_dexp_2_26": lambda: payload((1 << 26,), 1 << 26, "seeded",
+                                        ByteWriter().varint(1).getvalue(), "dexp", curve_body("dexp")),
+    "dense_polyfit_2_26": lambda: payload((1 << 26,), 1 << 26, "dense", b"", "polyfit",
+                                          curve_body("polyfit")),
     # zlib bombs: far more declared than the stream can hold; and a stream that inflates past
     # what its header justifies
     "zlib_declared_beyond_ratio": lambda: (payload((1 << 26,), 1 << 26, "deflate",

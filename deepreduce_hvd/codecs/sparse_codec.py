@@ -129,12 +129,22 @@ def decode(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEMENTS,
     """
     values, indices, shape = decode_unordered(payload_bytes, max_elements, expect_shape,
                                               expect_dtype)
-    if indices.size > 1 and not (np.diff(indices) > 0).all():
+    if not ascending(indices):
         order = np.argsort(indices, kind="stable")
         values, indices = values[order], indices[order]
-        if (np.diff(indices) == 0).any():
+        if not ascending(indices):
             raise DeepReduceError("decoded positions repeat")
     return values, indices, shape
+
+
+def ascending(indices, chunk=1 << 20):
+    """Whether the positions strictly increase; checked a chunk at a time, so the check of a
+    tensor-sized result needs no tensor-sized temporary."""
+    for lo in range(0, indices.size - 1, chunk):
+        part = indices[lo:lo + chunk + 1]
+        if not (part[1:] > part[:-1]).all():
+            return False
+    return True
 
 
 def decode_unordered(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEMENTS,

@@ -12,6 +12,11 @@ own filter and sends the values there ("false-positive aware"), so both sides ag
 - leftmost: the first k positives.
 The last three are lossy (false positives take the place of true ones) and need `dense` only
 when a false positive is chosen.
+
+A filter may report at most bloom_filter.MAX_FALSE_PER_VALUE false positives per value (and a
+few more): the encoder refuses a filter that reports more (a lower fpr helps, unless the
+filter is a few bits over a long tensor), and the decoder refuses one before or while it
+scans, so every policy holds O(values + filter) memory.
 """
 import zlib
 
@@ -43,7 +48,7 @@ class BloomIndex(IndexCodec):
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         m, h = bloom_filter.parameters(indices.size, size, self.fpr)
         filt = bloom_filter.insert(indices, m, h, self.seed)
-        limit = bloom_filter.max_positives(m, h, indices.size, size, filt)
+        limit = bloom_filter.scan_limit(filt, m, h, indices.size, size)
         positives = bloom_filter.query(filt, m, h, self.seed, size, limit)
         chosen = select(self.policy, positives, indices.size, filt, m, h, self.seed)
         body = (ByteWriter().u8(POLICIES.index(self.policy)).u8(h).varint(m).varint(self.seed)
@@ -64,9 +69,12 @@ class BloomIndex(IndexCodec):
                 or inserted > count or (policy and inserted != count)):
             raise DeepReduceError(f"bloom: inconsistent filter (m={m}, h={h}, {len(filt)} bytes, "
                                   f"{inserted} inserted, {count} values)")
-        # p0 sends a value for every positive: the value count is the cap
-        limit = bloom_filter.max_positives(m, h, inserted, size, bytes(filt))
-        limit = min(limit, count) if policy == 0 else limit
+        limit = bloom_filter.scan_limit(bytes(filt), m, h, inserted, size)
+        if policy == 0:  # p0 sends a value for every positive: the value count is the cap
+            if count > limit:
+                raise DeepReduceError(f"bloom: {count} values for {inserted} inserted positions "
+                                      f"(at most {limit} positives)")
+            limit = count
         positives = bloom_filter.query(bytes(filt), m, h, seed, size, limit)
         if positives.size < inserted:
             raise DeepReduceError("bloom: fewer positives than inserted positions")
