@@ -1,6 +1,7 @@
 """Hand-made hostile payloads (valid checksums, lying headers) and a harness that decodes each
 in a fresh process, measuring its time and the memory it took beyond the output it returned."""
 import json
+import os
 import subprocess
 import sys
 import zlib
@@ -128,15 +129,18 @@ CASES = {
 }
 
 
-def measure(name, timeout=60):
-    """Decode case `name` in a fresh interpreter -> {"outcome", "seconds", "extra_mb"}: the
-    outcome is "DeepReduceError", "finite" (a result, all finite) or what else escaped;
-    extra_mb is the peak resident memory during the decode minus before it, minus the output."""
+def measure(name, native=True, timeout=60):
+    """Decode case `name` in a fresh interpreter (with the C++ engine or DEEPREDUCE_NATIVE=0)
+    -> {"outcome", "seconds", "cpu_seconds", "extra_mb", "elements"}: the outcome is
+    "DeepReduceError", "finite" (a result, all finite) or what else escaped; cpu_seconds (all
+    threads) barely depends on what else the machine runs; extra_mb is the peak resident
+    memory during the decode minus before it, minus the output of `elements` values."""
+    env = {**os.environ, "DEEPREDUCE_NATIVE": "1" if native else "0"}
     proc = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=ROOT, env=env)
     if proc.returncode:
         return {"outcome": f"crash {proc.returncode}: {proc.stderr[-500:]}", "seconds": None,
-                "extra_mb": None}
+                "cpu_seconds": None, "extra_mb": None, "elements": 0}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -154,19 +158,20 @@ def _run(name):
     data, limit = case if isinstance(case, tuple) else (case, dr.wire.payload.DEFAULT_MAX_ELEMENTS)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current size
     before = _rss_kb("VmRSS")
-    start = time.perf_counter()
-    output = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    output = elements = 0
     try:
         values, indices, _ = dr.decode(data, max_elements=limit)
         outcome = "finite" if np.isfinite(values).all() else "non-finite result"
-        output = values.nbytes + indices.nbytes
+        output, elements = values.nbytes + indices.nbytes, values.size
     except dr.DeepReduceError:
         outcome = "DeepReduceError"
     except BaseException as exc:  # noqa: BLE001 - reported, and the test fails on it
         outcome = f"escaped {type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     extra = (_rss_kb("VmHWM") - before) / 1024 - output / 2**20
-    print(json.dumps({"outcome": outcome, "seconds": seconds, "extra_mb": extra}))
+    print(json.dumps({"outcome": outcome, "seconds": seconds, "cpu_seconds": cpu,
+                      "extra_mb": extra, "elements": elements}))
 
 
 if __name__ == "__main__":

@@ -55,30 +55,37 @@ class BloomIndex(IndexCodec):
                 .varint(indices.size).raw(filt).getvalue())
         return body, indices if np.array_equal(chosen, indices) else chosen
 
+    def max_count(self, body, size):
+        """p0 sends a value for every positive, the others one per inserted position."""
+        policy, _, _, _, inserted, _ = read_header(body, size)
+        return min(size, bloom_filter.max_positives(inserted)) if policy == 0 else inserted
+
     def decode(self, body, size, count, shape=None):
-        reader = ByteReader(body, "bloom indices")
-        policy = reader.u8()
-        if policy >= len(POLICIES):
-            raise DeepReduceError(f"bloom: unknown policy #{policy}")
-        h = reader.u8()
-        m = reader.varint(limit=bloom_filter.MAX_BITS)
-        seed = reader.varint(limit=2**64 - 1)
-        inserted = reader.varint(limit=size)
-        filt = reader.rest()
+        policy, h, m, seed, inserted, filt = read_header(body, size)
         if (not bloom_filter.plausible(m, h, inserted) or len(filt) != (m + 7) // 8
                 or inserted > count or (policy and inserted != count)):
             raise DeepReduceError(f"bloom: inconsistent filter (m={m}, h={h}, {len(filt)} bytes, "
                                   f"{inserted} inserted, {count} values)")
         limit = bloom_filter.scan_limit(bytes(filt), m, h, inserted, size)
-        if policy == 0:  # p0 sends a value for every positive: the value count is the cap
-            if count > limit:
-                raise DeepReduceError(f"bloom: {count} values for {inserted} inserted positions "
-                                      f"(at most {limit} positives)")
-            limit = count
-        positives = bloom_filter.query(bytes(filt), m, h, seed, size, limit)
+        # p0 sends a value for every positive: the value count caps them too
+        positives = bloom_filter.query(bytes(filt), m, h, seed, size,
+                                       min(limit, count) if policy == 0 else limit)
         if positives.size < inserted:
             raise DeepReduceError("bloom: fewer positives than inserted positions")
         return select(POLICIES[policy], positives, inserted, filt, m, h, seed)
+
+
+def read_header(body, size):
+    """(policy, h, m, seed, inserted, filter bytes) of a body."""
+    reader = ByteReader(body, "bloom indices")
+    policy = reader.u8()
+    if policy >= len(POLICIES):
+        raise DeepReduceError(f"bloom: unknown policy #{policy}")
+    h = reader.u8()
+    m = reader.varint(limit=bloom_filter.MAX_BITS)
+    seed = reader.varint(limit=2**64 - 1)
+    inserted = reader.varint(limit=size)
+    return policy, h, m, seed, inserted, reader.rest()
 
 
 def select(policy, positives, k, filt, m, h, seed):
