@@ -51,12 +51,12 @@ def bloom_raised(policy):
     return payload((1 << 26,), p.count, "bloom", bytes(p.index_body), "raw", bytes(p.value_body))
 
 
-def curve_body(value):
-    """A curve's body that expands to 2^26 values (dexp: two flat runs; polyfit: one piece)."""
+def curve_body(value, count=1 << 26):
+    """A curve's body that expands to `count` values (dexp: two runs; polyfit: one piece)."""
     if value == "dexp":
-        return ByteWriter().varint(1 << 25).raw(np.array([1, 0, 0, 0, -1, 0, 0, 0], "<f4")
-                                                .tobytes()).getvalue()
-    return (ByteWriter().u8(3).varint(1).section(ByteWriter().varint(1 << 26).getvalue())
+        return ByteWriter().varint(count // 2).raw(np.array([1, 0.5, 0, 0, -1, 0.5, 0, 0], "<f4")
+                                                   .tobytes()).getvalue()
+    return (ByteWriter().u8(3).varint(1).section(ByteWriter().varint(count).getvalue())
             .raw(np.array([1, 2, 3, 4], "<f4").tobytes()).getvalue())
 
 
