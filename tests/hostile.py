@@ -135,7 +135,8 @@ def measure(name, native=True, timeout=60):
     "DeepReduceError", "finite" (a result, all finite) or what else escaped; cpu_seconds (all
     threads) barely depends on what else the machine runs; extra_mb is the peak resident
     memory during the decode minus before it, minus the output of `elements` values."""
-    env = {**os.environ, "DEEPREDUCE_NATIVE": "1" if native else "0"}
+    env = {**os.environ, "DEEPREDUCE_NATIVE": "1" if native else "0",  # this checkout's package
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=env)
     if proc.returncode:
