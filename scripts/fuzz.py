@@ -171,7 +171,8 @@ def structural(data, rng):
     return hostile_curve(p, rng)
 
 
-def _rss_kb(field):
+def rss_kb(field):
+    """A /proc/self/status field in kB (VmRSS: now; VmHWM: the peak since clear_refs)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field):
             return int(line.split()[1])
@@ -182,7 +183,7 @@ def measured_decode(data):
     """-> (outcome, seconds, peak MB beyond what the process held before, output MB, values):
     outcome is "decoded", "refused" (DeepReduceError) or "escaped: ..." (anything else)."""
     Path("/proc/self/clear_refs").write_text("5")  # the peak restarts from the current size
-    before = _rss_kb("VmRSS")
+    before = rss_kb("VmRSS")
     start = time.perf_counter()
     values, output = None, 0.0
     try:
@@ -193,7 +194,7 @@ def measured_decode(data):
     except Exception as exc:  # noqa: BLE001 - what the fuzzer is looking for
         outcome = f"escaped: {type(exc).__name__}: {exc}"[:300]
     seconds = time.perf_counter() - start
-    return outcome, seconds, (_rss_kb("VmHWM") - before) / 1024, output, values
+    return outcome, seconds, (rss_kb("VmHWM") - before) / 1024, output, values
 
 
 def run(mutants, structural_mutants, seed):

@@ -145,20 +145,15 @@ def measure(name, native=True, timeout=60):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _rss_kb(field):
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field):
-            return int(line.split()[1])
-    return 0
-
-
 def _run(name):
     import time
     import deepreduce_hvd as dr
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fuzz import rss_kb
     case = CASES[name]()
     data, limit = case if isinstance(case, tuple) else (case, dr.wire.payload.DEFAULT_MAX_ELEMENTS)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current size
-    before = _rss_kb("VmRSS")
+    before = rss_kb("VmRSS")
     start, cpu = time.perf_counter(), time.process_time()
     output = elements = 0
     try:
@@ -170,7 +165,7 @@ def _run(name):
     except BaseException as exc:  # noqa: BLE001 - reported, and the test fails on it
         outcome = f"escaped {type(exc).__name__}: {exc}"
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    extra = (_rss_kb("VmHWM") - before) / 1024 - output / 2**20
+    extra = (rss_kb("VmHWM") - before) / 1024 - output / 2**20
     print(json.dumps({"outcome": outcome, "seconds": seconds, "cpu_seconds": cpu,
                       "extra_mb": extra, "elements": elements}))
 
