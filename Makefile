@@ -72,9 +72,10 @@ bench-scaling: setup $(GRADIENTS)
 	$(PY) scripts/bench_codecs.py scaling --gradients $(GRADIENTS) --density $(DENSITY) \
 		--json docs/decode_scaling.json --plot docs/decode_scaling.png
 
-# 20,000 corrupted payloads of every codec (half with recomputed checksums), in a child process
+# 20,000 corrupted payloads of every codec (half with recomputed checksums) and 5,000 with a
+# hostile field (counts, shapes, codec ids, Bloom h/m, curves; resealed), in a child process
 bench-fuzz: setup
-	$(PY) scripts/bench_codecs.py fuzz --mutants 20000 --json docs/fuzz.json
+	$(PY) scripts/fuzz.py --mutants 20000 --structural 5000 --json docs/fuzz.json
 
 # as root: 2-rank jobs in a network namespace shaped to 1 Gbit/s and 100 Mbit/s (QUICK=1: < 5 min)
 bench-e2e: setup

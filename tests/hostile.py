@@ -1,6 +1,7 @@
 """Hand-made hostile payloads (valid checksums, lying headers) and a harness that decodes each
 in a fresh process, measuring its time and the memory it took beyond the output it returned."""
 import json
+import os
 import subprocess
 import sys
 import zlib
@@ -35,6 +36,30 @@ def bloom_body(policy, h, m, inserted, filter_bytes, seed=0):
             .raw(filter_bytes).getvalue())
 
 
+POLICIES = ("p0", "random", "conflict", "leftmost")
+
+
+def bloom_raised(policy):
+    """A valid Bloom payload of 900 of 3,000 values whose dimension is then raised to 2^26
+    (checksum recomputed): the filter's false positives over 2^26 positions are millions."""
+    import deepreduce_hvd as dr
+    from deepreduce_hvd.wire.payload import parse
+    dense = np.random.default_rng(19).standard_normal(3000).astype(np.float32)
+    values, indices = dr.topk(dense, 0.3)
+    p = parse(dr.SparseCodec(index={"id": "bloom", "policy": policy}).encode(
+        values, indices, dense.shape, dense=dense))
+    return payload((1 << 26,), p.count, "bloom", bytes(p.index_body), "raw", bytes(p.value_body))
+
+
+def curve_body(value, count=1 << 26):
+    """A curve's body that expands to `count` values (dexp: two runs; polyfit: one piece)."""
+    if value == "dexp":
+        return ByteWriter().varint(count // 2).raw(np.array([1, 0.5, 0, 0, -1, 0.5, 0, 0], "<f4")
+                                                   .tobytes()).getvalue()
+    return (ByteWriter().u8(3).varint(1).section(ByteWriter().varint(count).getvalue())
+            .raw(np.array([1, 2, 3, 4], "<f4").tobytes()).getvalue())
+
+
 CASES = {
     # a 29-byte Bloom p0 payload, every bit set, for a 2^28-element tensor
     "bloom_p0_all_ones": lambda: payload((1 << 28,), 1, "bloom", bloom_body(0, 1, 8, 1, b"\xff"),
@@ -62,6 +87,18 @@ CASES = {
     # a 28-byte Bloom "conflict" payload: h=32, all-ones filter, 2^24 elements
     "bloom_conflict_all_ones": lambda: payload((1 << 24,), 1, "bloom",
                                                bloom_body(2, 32, 46, 1, b"\xff" * 6), "raw", b"\0" * 4),
+    # the issue-19 cases: a tiny filter (h=1, m=8, 6 bits set) claiming 2^26 elements, for
+    # every policy; a valid payload with a dimension raised to 2^26; curves over 2^26 elements
+    **{f"bloom_tiny_filter_{policy}": (lambda i=i: payload(
+        (1 << 26,), 1, "bloom", bloom_body(i, 1, 8, 1, b"\x3f"), "raw", b"\0" * 4))
+       for i, policy in enumerate(POLICIES)},
+    **{f"bloom_dimension_raised_{policy}": (lambda policy=policy: bloom_raised(policy))
+       for policy in POLICIES},
+    "dense_dexp_2_26": lambda: payload((1 << 26,), 1 << 26, "dense", b"", "dexp", curve_body("dexp")),
+    "seeded_dexp_2_26": lambda: payload((1 << 26,), 1 << 26, "seeded",
+                                        ByteWriter().varint(1).getvalue(), "dexp", curve_body("dexp")),
+    "dense_polyfit_2_26": lambda: payload((1 << 26,), 1 << 26, "dense", b"", "polyfit",
+                                          curve_body("polyfit")),
     # zlib bombs: far more declared than the stream can hold; and a stream that inflates past
     # what its header justifies
     "zlib_declared_beyond_ratio": lambda: (payload((1 << 26,), 1 << 26, "deflate",
@@ -92,45 +129,45 @@ CASES = {
 }
 
 
-def measure(name, timeout=60):
-    """Decode case `name` in a fresh interpreter -> {"outcome", "seconds", "extra_mb"}: the
-    outcome is "DeepReduceError", "finite" (a result, all finite) or what else escaped;
-    extra_mb is the peak resident memory during the decode minus before it, minus the output."""
+def measure(name, native=True, timeout=60):
+    """Decode case `name` in a fresh interpreter (with the C++ engine or DEEPREDUCE_NATIVE=0)
+    -> {"outcome", "seconds", "cpu_seconds", "extra_mb", "elements"}: the outcome is
+    "DeepReduceError", "finite" (a result, all finite) or what else escaped; cpu_seconds (all
+    threads) barely depends on what else the machine runs; extra_mb is the peak resident
+    memory during the decode minus before it, minus the output of `elements` values."""
+    env = {**os.environ, "DEEPREDUCE_NATIVE": "1" if native else "0",  # this checkout's package
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=ROOT, env=env)
     if proc.returncode:
         return {"outcome": f"crash {proc.returncode}: {proc.stderr[-500:]}", "seconds": None,
-                "extra_mb": None}
+                "cpu_seconds": None, "extra_mb": None, "elements": 0}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _rss_kb(field):
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field):
-            return int(line.split()[1])
-    return 0
 
 
 def _run(name):
     import time
     import deepreduce_hvd as dr
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fuzz import rss_kb
     case = CASES[name]()
     data, limit = case if isinstance(case, tuple) else (case, dr.wire.payload.DEFAULT_MAX_ELEMENTS)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current size
-    before = _rss_kb("VmRSS")
-    start = time.perf_counter()
-    output = 0
+    before = rss_kb("VmRSS")
+    start, cpu = time.perf_counter(), time.process_time()
+    output = elements = 0
     try:
         values, indices, _ = dr.decode(data, max_elements=limit)
         outcome = "finite" if np.isfinite(values).all() else "non-finite result"
-        output = values.nbytes + indices.nbytes
+        output, elements = values.nbytes + indices.nbytes, values.size
     except dr.DeepReduceError:
         outcome = "DeepReduceError"
     except BaseException as exc:  # noqa: BLE001 - reported, and the test fails on it
         outcome = f"escaped {type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - start
-    extra = (_rss_kb("VmHWM") - before) / 1024 - output / 2**20
-    print(json.dumps({"outcome": outcome, "seconds": seconds, "extra_mb": extra}))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    extra = (rss_kb("VmHWM") - before) / 1024 - output / 2**20
+    print(json.dumps({"outcome": outcome, "seconds": seconds, "cpu_seconds": cpu,
+                      "extra_mb": extra, "elements": elements}))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """dr.decode on hostile bytes: only DeepReduceError ever escapes, and nothing large is allocated."""
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,3 +90,23 @@ def test_not_bytes():
         dr.decode("text")
     with pytest.raises(dr.DeepReduceError):
         dr.decode(None)
+
+
+def test_structural_mutants_end_in_a_result_or_deepreduce_error():
+    """scripts/fuzz.py's structural mode (hostile counts, shapes, codec ids, Bloom fields,
+    curves, each resealed): a short run, every decode bounded by the fuzzer's max_elements and
+    256 MB beyond its output; no base payload is dropped unreported."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import fuzz
+    rng = np.random.default_rng(19)
+    bases, skipped = fuzz.base_payloads(rng)
+    assert len(bases) + len(skipped) == 2 * 2 * len(fuzz.INDEX) * len(fuzz.VALUE)
+    kinds = set()
+    for _ in range(150):
+        data, what = fuzz.structural(bases[rng.integers(len(bases))], rng)
+        kinds.add(what.split()[0])
+        outcome, _, peak_mb, output_mb, values = fuzz.measured_decode(data)
+        assert outcome in ("decoded", "refused"), (what, outcome)
+        assert values is None or values.size <= fuzz.MAX_ELEMENTS
+        assert peak_mb - output_mb < 256, what
+    assert {"shape", "count", "bloom", "curve"} <= kinds

@@ -1,5 +1,8 @@
 """Hostile payloads and misuse: every case ends in a finite result or DeepReduceError, within
-1 s and 256 MB beyond its output; nothing aborts, hangs or escapes as another exception."""
+256 MB beyond its output, with the C++ engine and without; nothing aborts, hangs or escapes as
+another exception. Time is bounded in CPU seconds, generously (speed targets are the
+benchmarks' business; wall time depends on what else the machine runs): a refusal within 1 s,
+a result within 1 s plus a second per 2^24 values it holds."""
 import numpy as np
 import pytest
 
@@ -7,11 +10,12 @@ import deepreduce_hvd as dr
 from hostile import CASES, measure
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "numpy"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_hostile_payload_is_refused_quickly_and_cheaply(name):
-    result = measure(name)
+def test_hostile_payload_is_refused_quickly_and_cheaply(name, native):
+    result = measure(name, native)
     assert result["outcome"] in ("DeepReduceError", "finite"), result
-    assert result["seconds"] < 1.0, result
+    assert result["cpu_seconds"] < 1.0 + result["elements"] / 2**24, result
     assert result["extra_mb"] < 256, result
 
 

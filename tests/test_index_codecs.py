@@ -55,7 +55,12 @@ def test_lossless_roundtrip(index, data):
     values, indices, shape = data
     dense = np.zeros(shape, np.float32)
     dense[indices] = values
-    v2, i2 = roundtrip(index, values, indices, shape, dense=dense)
+    try:
+        v2, i2 = roundtrip(index, values, indices, shape, dense=dense)
+    except dr.DeepReduceError as exc:  # a filter of a few bits over a long tensor reports
+        # more false positives than a decoder accepts (bloom_filter.MAX_FALSE_PER_VALUE)
+        assert index == "bloom" and "positives" in str(exc) and 20 * indices.size < shape[0], exc
+        return
     if index == "bloom":  # p0: a superset, every extra position carries its true dense value
         assert np.isin(indices, i2).all()
         np.testing.assert_array_equal(v2, dense[i2])

@@ -71,8 +71,9 @@ class ValueCodec(Codec):
     """Encodes a 1-D float array (float16/32/64 or bfloat16)."""
 
     def min_bits(self, dtype):
-        """Fewest bits a valid body spends per value (0: no bound), so a decoder can check a
-        declared count against the bytes present before it does any work."""
+        """Fewest bits a valid body spends per value, so a decoder can check a declared count
+        against the bytes present before it does any work; 0 where no such bound exists (a
+        fitted curve), and then the caller's max_elements is the bound."""
         return 0
 
     def encode(self, values):

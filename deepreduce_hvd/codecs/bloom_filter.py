@@ -4,10 +4,12 @@ Hash scheme (mirrored bit for bit by csrc/bloom.cpp): key = fmix64(position + se
 seed_key = fmix64(seed ^ golden); h1, h2 = low and high 32 bits of key (h2 made odd); probe j
 sets bit ((h1 + j*h2) mod 2**32) * m >> 32. Filters are little-endian bit arrays of m bits.
 
-A receiver can bound its work by the filter's own parameters: `plausible` checks that m and h
-are what `parameters` gives for the number of inserted positions, and `max_positives` caps
-how many positives such a filter can report (its false-positive rate, with a wide margin), so
-a hostile filter (all bits set, say) is refused as soon as the cap is passed.
+A receiver bounds its work by the filter's own parameters: `plausible` checks that m and h
+are what `parameters` gives for the number of inserted positions; `scan_limit` refuses a
+filter whose set bits or fill cannot come from that many insertions into a usable filter
+(more than MAX_FALSE_PER_VALUE false positives per value, which the encoder refuses to send
+too), and caps the scan, which stops as soon as the cap is passed. So a decoder holds
+O(values + filter) memory, and its time is at most one scan of the tensor's positions.
 """
 import math
 import os
@@ -66,21 +68,33 @@ def plausible(m, h, inserted):
     return max(8, math.floor(low)) <= m <= max(8, math.ceil(high) + 1)
 
 
-MAX_FILL = 0.75  # a filter sized by `parameters` is about half full
+MAX_FALSE_PER_VALUE = 2  # false positives a usable filter reports per inserted position
+SLACK = 64  # and a few more, so that tiny counts are not refused for a handful
 
 
-def max_positives(m, h, inserted, size, filter_bytes=None):
-    """Positives a filter of these parameters reports with overwhelming probability at most:
-    the inserted positions plus twice the expected false positives and a wide margin. The
-    expected rate adds 4/m for double hashing's degenerate keys (probes that all land on a
-    few bits of a small filter). A filter fuller than MAX_FILL is refused outright."""
-    if filter_bytes is not None and m:
-        fill = int(np.unpackbits(np.frombuffer(filter_bytes, np.uint8), count=m).sum()) / m
-        if fill > MAX_FILL:
-            raise DeepReduceError(f"bloom: filter is {fill:.0%} full; a real one is about half")
-    rate = min(1.0, ((1 - math.exp(-h * inserted / m)) ** h if m else 1.0) + 4 / max(m, 1))
-    expected = rate * max(size - inserted, 0)
-    return min(size, int(inserted + 2 * expected + 8 * math.sqrt(expected) + 64))
+def max_positives(inserted):
+    """The most positives a filter of `inserted` positions may report. The encoder refuses
+    to send a filter that reports more, so a decoder holds at most this many positions."""
+    return inserted * (1 + MAX_FALSE_PER_VALUE) + SLACK
+
+
+def scan_limit(filter_bytes, m, h, inserted, size):
+    """The cap on positives for a scan of [0, size); DeepReduceError before any scan when
+    the filter has more bits set than `inserted` positions can set (h each), or when its
+    fill already predicts more false positives than the cap allows (a position is a false
+    positive with probability about fill**h), so no scan of a hostile filter runs long."""
+    set_bits = int(np.unpackbits(np.frombuffer(filter_bytes, np.uint8), count=m).sum())
+    cap = max_positives(inserted)
+    if set_bits > inserted * h:
+        raise DeepReduceError(f"bloom: {set_bits} bits set, but {inserted} positions set at "
+                              f"most {inserted * h}")
+    predicted = inserted + (set_bits / m) ** h * max(size - inserted, 0)
+    if predicted > cap:
+        raise DeepReduceError(f"bloom: the filter predicts about {predicted:.0f} positives for "
+                              f"{inserted} inserted positions, more than {cap} "
+                              f"({MAX_FALSE_PER_VALUE} false positives per value); a lower fpr "
+                              "or another index codec")
+    return min(cap, size)
 
 
 def conflict_sizes(positives, m, h, seed):
@@ -123,8 +137,9 @@ def insert_numpy(positions, m, h, seed):
     return np.packbits(bits, bitorder="little").tobytes()
 
 
-def query_numpy(filter_bytes, m, h, seed, size, limit=None, chunk=1 << 22):
-    """Positions of [0, size) whose h bits are all set, ascending (at most `limit`)."""
+def query_numpy(filter_bytes, m, h, seed, size, limit=None, chunk=1 << 18):
+    """Positions of [0, size) whose h bits are all set, ascending (at most `limit`); chunks
+    of positions keep the temporaries small whatever the size."""
     table = np.frombuffer(filter_bytes, dtype=np.uint8)
     key, out, found = seed_key(seed), [], 0
     for lo in range(0, size, chunk):

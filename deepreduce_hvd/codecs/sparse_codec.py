@@ -6,6 +6,7 @@ Curve fitting sorts values, so its payloads say how to undo the sort (arrangemen
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -84,12 +85,19 @@ class SparseCodec:
                     seed: Optional[int] = None) -> choice.Encoded:
         """Like encode, -> choice.Encoded: the payload, the positions its values land on and
         those values exactly as decode() returns them (for error feedback)."""
-        try:
+        with failures_as("encoding failed"):
             return self.selector.encode(prepare(values, indices, shape, dense, seed))
-        except DeepReduceError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - only DeepReduceError leaves the API
-            raise DeepReduceError(f"encoding failed: {type(exc).__name__}: {exc}") from exc
+
+
+@contextmanager
+def failures_as(what):
+    """Only DeepReduceError leaves the API: any other failure inside becomes one."""
+    try:
+        yield
+    except DeepReduceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - only DeepReduceError leaves the API
+        raise DeepReduceError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
 def prepare(values, indices, shape, dense, seed):
@@ -129,12 +137,22 @@ def decode(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEMENTS,
     """
     values, indices, shape = decode_unordered(payload_bytes, max_elements, expect_shape,
                                               expect_dtype)
-    if indices.size > 1 and not (np.diff(indices) > 0).all():
+    if not ascending(indices):
         order = np.argsort(indices, kind="stable")
         values, indices = values[order], indices[order]
-        if (np.diff(indices) == 0).any():
+        if not ascending(indices):
             raise DeepReduceError("decoded positions repeat")
     return values, indices, shape
+
+
+def ascending(indices, chunk=1 << 20):
+    """Whether the positions strictly increase; checked a chunk at a time, so the check of a
+    tensor-sized result needs no tensor-sized temporary."""
+    for lo in range(0, indices.size - 1, chunk):
+        part = indices[lo:lo + chunk + 1]
+        if not (part[1:] > part[:-1]).all():
+            return False
+    return True
 
 
 def decode_unordered(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEMENTS,
@@ -146,7 +164,7 @@ def decode_unordered(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEM
     A declared count is held against the bytes of both sections before anything is decoded;
     then the values are decoded, then the positions.
     """
-    try:
+    with failures_as("payload could not be decoded"):
         p = payload.parse(payload_bytes, max_elements, expect_shape, expect_dtype)
         if p.count > p.index_codec.max_count(p.index_body, p.size):
             raise DeepReduceError(f"payload declares {p.count} values but its {len(p.index_body)} "
@@ -154,10 +172,6 @@ def decode_unordered(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEM
         values = arrangement.restore(p.layout, p.extra,
                                      p.value_codec.decode(p.value_body, p.count, p.dtype))
         indices = p.index_codec.decode(p.index_body, p.size, p.count, shape=p.shape)
-    except DeepReduceError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - only DeepReduceError leaves the API
-        raise DeepReduceError(f"payload could not be decoded: {type(exc).__name__}: {exc}") from exc
     if indices.size != p.count:
         raise DeepReduceError(f"index codec {p.index_codec.codec_id!r} decoded {indices.size} "
                               f"positions, header says {p.count}")
@@ -167,12 +181,15 @@ def decode_unordered(payload_bytes: Buffer, max_elements: int = DEFAULT_MAX_ELEM
 
 
 def describe(payload_bytes: Buffer) -> dict[str, Any]:
-    """What a payload holds, without decoding it: codecs, shape, count and section sizes."""
-    p = payload.parse(payload_bytes, max_elements=2**63)
-    return {"index": p.index_codec.codec_id, "value": p.value_codec.codec_id,
-            "dtype": p.dtype.name, "shape": p.shape, "count": p.count, "layout": p.layout,
-            "index_bytes": len(p.index_body), "value_bytes": len(p.value_body),
-            "total_bytes": len(payload_bytes)}
+    """What a payload holds, without decoding it: codecs, shape, count and section sizes.
+    Accepts what decode accepts; raises only DeepReduceError."""
+    with failures_as("payload could not be described"):
+        view = payload.byte_view(payload_bytes)
+        p = payload.parse(view, max_elements=2**63)
+        return {"index": p.index_codec.codec_id, "value": p.value_codec.codec_id,
+                "dtype": p.dtype.name, "shape": p.shape, "count": p.count, "layout": p.layout,
+                "index_bytes": len(p.index_body), "value_bytes": len(p.value_body),
+                "total_bytes": len(view)}
 
 
 def densify(values: np.ndarray, indices: np.ndarray, shape: Sequence[int],

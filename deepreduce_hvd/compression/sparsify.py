@@ -85,8 +85,12 @@ def random_positions(size, k, seed):
     """k distinct positions of [0, size), sorted, determined by the seed alone."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise DeepReduceError(f"seed must be an integer in [0, 2**64), not {seed!r}")
+    if k == size:  # every position, whatever the draw: no size-long shuffle
+        return np.arange(size, dtype=np.int64)
     rng = np.random.Generator(np.random.PCG64(int(seed)))
-    return np.sort(rng.choice(size, k, replace=False)).astype(np.int64)
+    positions = rng.choice(size, k, replace=False).astype(np.int64, copy=False)
+    positions.sort()
+    return positions
 
 
 def randomk(dense: ArrayLike, ratio: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:

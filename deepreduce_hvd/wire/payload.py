@@ -49,11 +49,15 @@ class Parsed:
 
 
 def byte_view(data):
-    """A contiguous byte view of any buffer (copied if the buffer is not contiguous)."""
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise DeepReduceError(f"payload must be bytes-like, not {type(data).__name__}") from None
+    """A flat byte view (copied if not contiguous) of what a payload may be: bytes (numpy
+    bytes scalars included), bytearray, memoryview, or a numpy array of uint8 (any shape)
+    or of bytes; anything else is a DeepReduceError, so every reader accepts the same."""
+    if isinstance(data, np.ndarray) and data.dtype != np.uint8 and data.dtype.kind != "S" or \
+            not isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
+        kind = getattr(data, "dtype", type(data).__name__)
+        raise DeepReduceError(f"payload must be bytes, bytearray, memoryview or a uint8 array, "
+                              f"not {kind}")
+    view = memoryview(data)
     if not view.c_contiguous:
         view = memoryview(view.tobytes())
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view

@@ -17,6 +17,9 @@ class BitmapIndex(IndexCodec):
         bits[indices] = 1
         return pack_bits(bits), indices
 
+    def max_count(self, body, size):
+        return 8 * len(body)  # one bit per element, selected or not
+
     def decode(self, body, size, count, shape=None):
         if len(body) != (size + 7) // 8:
             raise DeepReduceError(f"bitmap: {len(body)} bytes for {size} elements")

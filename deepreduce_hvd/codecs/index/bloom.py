@@ -12,6 +12,11 @@ own filter and sends the values there ("false-positive aware"), so both sides ag
 - leftmost: the first k positives.
 The last three are lossy (false positives take the place of true ones) and need `dense` only
 when a false positive is chosen.
+
+A filter may report at most bloom_filter.MAX_FALSE_PER_VALUE false positives per value (and a
+few more): the encoder refuses a filter that reports more (a lower fpr helps, unless the
+filter is a few bits over a long tensor), and the decoder refuses one before or while it
+scans, so every policy holds O(values + filter) memory.
 """
 import zlib
 
@@ -43,34 +48,44 @@ class BloomIndex(IndexCodec):
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         m, h = bloom_filter.parameters(indices.size, size, self.fpr)
         filt = bloom_filter.insert(indices, m, h, self.seed)
-        limit = bloom_filter.max_positives(m, h, indices.size, size, filt)
+        limit = bloom_filter.scan_limit(filt, m, h, indices.size, size)
         positives = bloom_filter.query(filt, m, h, self.seed, size, limit)
         chosen = select(self.policy, positives, indices.size, filt, m, h, self.seed)
         body = (ByteWriter().u8(POLICIES.index(self.policy)).u8(h).varint(m).varint(self.seed)
                 .varint(indices.size).raw(filt).getvalue())
         return body, indices if np.array_equal(chosen, indices) else chosen
 
+    def max_count(self, body, size):
+        """p0 sends a value for every positive, the others one per inserted position."""
+        policy, _, _, _, inserted, _ = read_header(body, size)
+        return min(size, bloom_filter.max_positives(inserted)) if policy == 0 else inserted
+
     def decode(self, body, size, count, shape=None):
-        reader = ByteReader(body, "bloom indices")
-        policy = reader.u8()
-        if policy >= len(POLICIES):
-            raise DeepReduceError(f"bloom: unknown policy #{policy}")
-        h = reader.u8()
-        m = reader.varint(limit=bloom_filter.MAX_BITS)
-        seed = reader.varint(limit=2**64 - 1)
-        inserted = reader.varint(limit=size)
-        filt = reader.rest()
+        policy, h, m, seed, inserted, filt = read_header(body, size)
         if (not bloom_filter.plausible(m, h, inserted) or len(filt) != (m + 7) // 8
                 or inserted > count or (policy and inserted != count)):
             raise DeepReduceError(f"bloom: inconsistent filter (m={m}, h={h}, {len(filt)} bytes, "
                                   f"{inserted} inserted, {count} values)")
-        # p0 sends a value for every positive: the value count is the cap
-        limit = bloom_filter.max_positives(m, h, inserted, size, bytes(filt))
-        limit = min(limit, count) if policy == 0 else limit
-        positives = bloom_filter.query(bytes(filt), m, h, seed, size, limit)
+        limit = bloom_filter.scan_limit(bytes(filt), m, h, inserted, size)
+        # p0 sends a value for every positive: the value count caps them too
+        positives = bloom_filter.query(bytes(filt), m, h, seed, size,
+                                       min(limit, count) if policy == 0 else limit)
         if positives.size < inserted:
             raise DeepReduceError("bloom: fewer positives than inserted positions")
         return select(POLICIES[policy], positives, inserted, filt, m, h, seed)
+
+
+def read_header(body, size):
+    """(policy, h, m, seed, inserted, filter bytes) of a body."""
+    reader = ByteReader(body, "bloom indices")
+    policy = reader.u8()
+    if policy >= len(POLICIES):
+        raise DeepReduceError(f"bloom: unknown policy #{policy}")
+    h = reader.u8()
+    m = reader.varint(limit=bloom_filter.MAX_BITS)
+    seed = reader.varint(limit=2**64 - 1)
+    inserted = reader.varint(limit=size)
+    return policy, h, m, seed, inserted, reader.rest()
 
 
 def select(policy, positives, k, filt, m, h, seed):

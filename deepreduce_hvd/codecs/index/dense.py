@@ -1,7 +1,7 @@
 """dense: every position, zero index bytes; the fallback when a sparse encoding is larger.
 
 Values come from the dense tensor, so the receiver gets it whole (at the value codec's
-precision).
+precision). The count is the tensor's size, bounded by the caller's max_elements.
 """
 import numpy as np
 

@@ -1,6 +1,8 @@
 """rle: run lengths of the selection bitmap (zeros, ones, zeros, ...), bit-packed.
 
 Every run length takes ceil(log2(longest run + 1)) bits; the final run of zeros is implicit.
+One run describes any number of positions, so no count is too large for a few bytes: the
+caller's max_elements (the tensor it expects) bounds the positions.
 """
 import numpy as np
 

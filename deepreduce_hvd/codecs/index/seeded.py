@@ -1,4 +1,5 @@
-"""seeded: random-k positions regenerated from the seed; the body is the seed alone."""
+"""seeded: random-k positions regenerated from the seed; the body is the seed alone, so the
+bytes bound no count: the caller's max_elements (the tensor it expects) bounds the positions."""
 import numpy as np
 
 from ...compression.sparsify import random_positions

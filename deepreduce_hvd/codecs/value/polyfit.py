@@ -76,6 +76,11 @@ class PolyfitValue(ValueCodec):
             raise DeepReduceError(f"polyfit needs 0 <= degree <= 15 and 1 <= segments <= {MAX_SEGMENTS}")
         self.degree, self.segments = degree, segments
 
+    def min_bits(self, dtype):
+        """No bound: a piece's few coefficients describe any count, so only the caller's
+        max_elements (the tensor it expects) bounds what a body expands to."""
+        return 0
+
     def encode(self, values):
         order, runs = sorted_runs(finite_float32(values, self.codec_id))
         lengths, coefs = [], []

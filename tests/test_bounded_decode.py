@@ -1,0 +1,81 @@
+"""Decode work bounded by what a payload justifies: Bloom filters by their value count, curves
+by the caller's tensor, and describe() taking exactly what decode() takes. (Each hostile case
+itself runs in a fresh process, measured, in test_hostile_payloads.py.)"""
+import numpy as np
+import pytest
+
+import deepreduce_hvd as dr
+from deepreduce_hvd.codecs import bloom_filter
+from deepreduce_hvd.codecs.sparse_codec import ascending
+from deepreduce_hvd.compression.pipeline import decode_all
+from hostile import curve_body, payload
+
+
+@pytest.fixture(scope="module")
+def valid():
+    dense = np.random.default_rng(19).standard_normal(3000).astype(np.float32)
+    return dr.SparseCodec(index="golomb", value="raw").encode(*dr.topk(dense, 0.2), (60, 50))
+
+
+@pytest.mark.parametrize("form", [
+    bytes, bytearray, memoryview, np.bytes_,
+    lambda p: np.frombuffer(p, np.uint8),
+    lambda p: np.frombuffer(p, np.uint8).reshape(1, -1),
+    lambda p: np.stack([np.frombuffer(p, np.uint8)] * 2, axis=1)[:, :1],
+    lambda p: np.repeat(np.frombuffer(p, np.uint8), 2)[::2],
+    lambda p: np.array(p, dtype=f"S{len(p)}"),
+], ids=["bytes", "bytearray", "memoryview", "bytes_", "uint8", "uint8 2-D", "uint8 2-D strided",
+        "uint8 strided", "S array"])
+def test_describe_takes_what_decode_takes(form, valid):
+    data = form(valid)
+    assert dr.describe(data)["total_bytes"] == len(valid)
+    values, _, _ = dr.decode(data)
+    assert values.size == dr.describe(data)["count"]
+
+
+@pytest.mark.parametrize("bad", [
+    "text", None, 5, [1, 2], np.int8(3), np.zeros(10, np.float32), np.zeros(4, np.int8),
+    np.array(["2020-01-01"], dtype="datetime64[D]"), np.array([b"x"], dtype=object),
+], ids=str)
+def test_anything_else_is_a_deepreduce_error_for_both(bad):
+    for reader in (dr.describe, dr.decode):
+        with pytest.raises(dr.DeepReduceError):
+            reader(bad)
+
+
+def test_ascending_across_chunks():
+    positions = np.arange(10, dtype=np.int64)
+    assert ascending(positions, chunk=3) and ascending(positions[:1]) and ascending(positions[:0])
+    for at in range(1, 10):  # a repeat on every side of a chunk boundary
+        repeated = positions.copy()
+        repeated[at] = repeated[at - 1]
+        assert not ascending(repeated, chunk=3)
+
+
+def test_callers_that_know_the_tensor_pass_its_size():
+    """A curve over 2^26 elements in a few bytes: refused by decode_all (the path of
+    Pipeline.decompress) for a 1,000-element tensor before anything is evaluated."""
+    hostile = payload((1 << 26,), 1 << 26, "dense", b"", "dexp", curve_body("dexp"))
+    with pytest.raises(dr.DeepReduceError, match="limit"):
+        list(decode_all([hostile], (1000,), "float32"))
+    fitting = payload((1000,), 1000, "dense", b"", "dexp", curve_body("dexp", 1000))
+    (values, positions), = decode_all([fitting], (1000,), "float32")
+    assert values.size == positions.size == 1000
+
+
+def test_encoder_refuses_a_filter_with_too_many_false_positives(rng):
+    dense = rng.standard_normal(100_000).astype(np.float32)
+    values, indices = dr.topk(dense, 0.01)
+    with pytest.raises(dr.DeepReduceError, match="positives"):
+        dr.SparseCodec(index={"id": "bloom", "fpr": 0.2}).encode(values, indices, dense.shape,
+                                                                 dense=dense)
+
+
+def test_scan_limit_bounds_the_positives_by_the_insertions():
+    m, h = bloom_filter.parameters(100, 10_000)
+    filt = bloom_filter.insert(np.arange(0, 10_000, 100), m, h, 0)
+    assert bloom_filter.scan_limit(filt, m, h, 100, 10_000) == bloom_filter.max_positives(100)
+    with pytest.raises(dr.DeepReduceError, match="bits set"):  # more than 1 * h bits
+        bloom_filter.scan_limit(filt, m, h, 1, 10_000)
+    with pytest.raises(dr.DeepReduceError, match="predicts"):  # fine for 10^4, not for 10^8
+        bloom_filter.scan_limit(filt, m, h, 100, 10**8)
