@@ -19,8 +19,8 @@ from . import sparsify
 
 WARMUP_START = 0.25  # the density warm-up starts at DGC's first-epoch density
 INTERVAL = 5         # steps between Accordion's checks
-THRESHOLD = float(__import__("os").environ.get("DR_THR", 0.5))  # TEMP
-BOOST = float(__import__("os").environ.get("DR_BOOST", 4))  # TEMP
+THRESHOLD = 0.5      # relative change of the interval's gradient norm that marks a critical phase
+BOOST = 4            # how many times more elements a critical tensor selects
 
 
 class Density:
