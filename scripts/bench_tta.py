@@ -24,6 +24,8 @@ from bench_e2e import (DOCS, HOROVODRUN, PY, ROOT, markdown_table, remove_namesp
 RATE = "1gbit"
 DENSE, COMPUTE = "Horovod dense fp32", "compute only"
 README = "DeepReduce(), README's settings"
+SPARSE = "top-k, error feedback alone"
+SPARSE_README = "top-k, README's settings"
 # name: (job, ranks, arguments, metric, higher is better)
 WORKLOADS = {
     "mlp": ("torch/train_digits.py", 2, ["--model", "mlp", "--epochs", 8], "test_accuracy", True),
@@ -43,8 +45,11 @@ CONFIGS = {
     # what the README tells a momentum-SGD user to set: the optimizer (momentum correction)
     # and a density warm-up of about an epoch
     README: ["--compression", "deepreduce", "--momentum-correction", "--warmup-steps", 20],
-    "golomb+fp16, fixed density": ["--compression", "deepreduce", "--index", "golomb", "--value",
-                                   "fp16", "--fixed-density"],
+    # compressed for certain (lossless values: the planner cannot route these dense)
+    SPARSE: ["--compression", "deepreduce", "--index", "entropy", "--value", "raw",
+             "--fixed-density"],
+    SPARSE_README: ["--compression", "deepreduce", "--index", "entropy", "--value", "raw",
+                    "--momentum-correction", "--warmup-steps", 20],
     "DDP PowerSGD r1": ["--peer", "powersgd", "--powersgd-rank", 1],
     "DDP PowerSGD r4": ["--peer", "powersgd", "--powersgd-rank", 4],
     COMPUTE: ["--peer", "compute"],
@@ -52,9 +57,9 @@ CONFIGS = {
 TORCH_ONLY = ("DDP PowerSGD r1", "DDP PowerSGD r4", COMPUTE)
 
 
-def configs_of(workload):
+def configs_of(workload, chosen=None):
     tf = WORKLOADS[workload][0].startswith("tf/")
-    return [c for c in CONFIGS if not (tf and c in TORCH_ONLY)]
+    return [c for c in chosen or CONFIGS if not (tf and c in TORCH_ONLY)]
 
 
 def train(workload, config, seed):
@@ -65,8 +70,6 @@ def train(workload, config, seed):
         extra = ["--seed", seed, "--json", out]
         if job.endswith("train_digits.py"):
             extra.append("--no-progress")
-        if workload == "lstm" and config.startswith("golomb"):
-            extra += ["--sparsifier", "threshold"]  # its embedding gradient is sparse by nature
         run([HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PY,
              str(ROOT / job), *map(str, [*args, *CONFIGS[config], *extra])], 1800, netns=True)
         return json.loads(out.read_text())["history"]
@@ -144,6 +147,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS),
+                        help="run only these (the others' saved runs are kept)")
     parser.add_argument("--report", action="store_true", help="redraw from docs/tta.json")
     args = parser.parse_args()
     saved = DOCS / "tta.json"
@@ -156,9 +161,9 @@ def main():
     try:
         shaped_namespace(RATE)
         for workload in args.workloads:
-            runs = results[workload] = {}
+            runs = results.setdefault(workload, {})
             for seed in args.seeds:
-                for config in configs_of(workload):
+                for config in configs_of(workload, args.configs):
                     history = train(workload, config, seed)
                     runs.setdefault(config, {})[str(seed)] = history
                     last = history[-1]

@@ -245,13 +245,14 @@ class Communicator:
             return adapter.cast(reduced, flight.tensor)
         gathered = adapter.wait(flight.handle)
         process_set = flight.process_set
+        me = adapter.set_ranks(process_set).index(adapter.rank())
 
         def decode(frames, scale, dims, out=None):
             start = time.perf_counter()
             total, received = state.pipeline.decompress(
                 frames, tuple(int(d) for d in dims), flight.info.dtype,
                 adapter.set_size(process_set), flight.key, out=out,
-                scale=float(np.ravel(scale)[0]))
+                scale=float(np.ravel(scale)[0]), rank=me)
             planner.observe(flight.key, flight.plans["current"], received,
                             time.perf_counter() - start)
             return total.reshape(-1)
@@ -309,10 +310,11 @@ class Communicator:
 
     # ---- stats and state ----
     def stats(self) -> dict[str, Any]:
-        """bytes_sent, dense_bytes, ratio, tensors_compressed, tensors_allreduced,
-        tensors_passed_through, tensors_nonfinite, encode_s, decode_s (this rank, every
-        process set, since the last reset) and, in the time-aware mode, "tensors": each
-        tensor's choice with the predicted and measured costs behind it."""
+        """bytes_sent, bytes_received, dense_bytes, ratio, tensors_compressed,
+        tensors_allreduced, tensors_passed_through, tensors_nonfinite, selections_boosted,
+        encode_s, decode_s (this rank, every process set, since the last reset) and, in the
+        time-aware mode, "tensors": each tensor's choice with the predicted and measured
+        costs behind it."""
         states = self.sets.values() or [SetState(self.pipeline)]
         out = Stats.combined([s.pipeline.stats for s in states])
         if self.options.time_aware:  # empty before the first step

@@ -156,7 +156,7 @@ class FixedPlanner:
 
 
 class _TensorState:
-    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked")
+    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked", "k")
 
     def __init__(self):
         self.step = 0
@@ -165,6 +165,7 @@ class _TensorState:
         self.choice = None
         self.predicted = {}
         self.ranked = None   # options by predicted time; None: to be recomputed
+        self.k = None        # the selection count the ranking was predicted for
 
 
 class TimePlanner:
@@ -219,8 +220,9 @@ class TimePlanner:
         if not is_float or size == 0:
             return Plan(PASS)
         state = self._tensors.setdefault(name, _TensorState())
-        if state.ranked is None:  # predictions change only when measurements arrive
-            k = self.pipeline.selection_count(size, name)
+        k = self.pipeline.selection_count(size, name)  # the warm-up and critical phases move it
+        if state.ranked is None or state.k != k:  # else predictions change only with measurements
+            state.k = k
             options = [label for label in self._options(size, kinds) if kinds is None or
                        (ALLGATHER if label in self.candidates else label) in kinds]
             if not options:

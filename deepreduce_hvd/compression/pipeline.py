@@ -32,7 +32,9 @@ MEMORIES = (None, "none", "residual")
 
 
 class Stats:
-    """Counters a training job can log: bytes_sent, dense_bytes, ratio, tensors_compressed
+    """Counters a training job can log: bytes_sent, bytes_received (the other ranks' frames
+    of the sparse allgathers: what this rank received and decoded), dense_bytes, ratio,
+    tensors_compressed
     (sent as sparse payloads), tensors_allreduced (handed to Horovod's allreduce, fp32 or
     fp16, by the time-aware choice), tensors_passed_through, tensors_nonfinite,
     selections_boosted (sparse selections made at a critical phase's higher density),
@@ -42,12 +44,12 @@ class Stats:
         self.reset()
 
     def reset(self):
-        self.bytes_sent = self.dense_bytes = 0
+        self.bytes_sent = self.bytes_received = self.dense_bytes = 0
         self.tensors_compressed = self.tensors_allreduced = self.tensors_passed_through = 0
         self.tensors_nonfinite = self.selections_boosted = 0
         self.encode_s = self.decode_s = 0.0
 
-    COUNTERS = ("bytes_sent", "dense_bytes", "tensors_compressed", "tensors_allreduced",
+    COUNTERS = ("bytes_sent", "bytes_received", "dense_bytes", "tensors_compressed", "tensors_allreduced",
                 "tensors_passed_through", "tensors_nonfinite", "selections_boosted", "encode_s",
                 "decode_s")
 
@@ -282,10 +284,12 @@ class Pipeline:
 
     def decompress(self, gathered: Buffer, shape: Sequence[int], dtype_name: str, ranks: int,
                    name: Optional[str] = None, out: Optional[np.ndarray] = None,
-                   scale: float = 1.0) -> Tuple[np.ndarray, List[frames.Frame]]:
+                   scale: float = 1.0, rank: Optional[int] = None
+                   ) -> Tuple[np.ndarray, List[frames.Frame]]:
         """The concatenated frames of every rank (an allgather's output) -> scale times their
         sum, dense float32, added in rank order so that every rank computes the same bits.
         out: a float32 buffer of the tensor's size to write the sum into (else a new one).
+        rank: this rank's place among them (its own frame is not counted as received).
         Returns (sum, frames); the frames carry each rank's measured costs."""
         start = time.perf_counter()
         shape = check_shape(shape)
@@ -293,6 +297,8 @@ class Pipeline:
             raise DeepReduceError(f"ranks must be a positive int, not {ranks!r}")
         expected = self.fingerprint(shape, dtype_name)
         received = frames.read_all(gathered, ranks, expected, f"shape {shape}, {dtype_name}")
+        self.stats.bytes_received += sum(frames.HEADER + len(f.payload) for f in received
+                                         if f.rank != rank)
         for frame in received:
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(f"rank {frame.rank} could not encode this tensor: "
