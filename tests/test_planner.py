@@ -135,3 +135,28 @@ def test_a_tensor_sent_dense_at_a_high_density_goes_sparse_when_its_density_drop
     first = plans.plan("w", 4_000_000, True)
     pipeline.set_steps({"w": 10})  # the warm-up is over: 1% again
     assert first.kind == ALLREDUCE_FP16 and plans.plan("w", 4_000_000, True).kind == ALLGATHER
+
+
+def test_costs_measured_at_another_density_give_way_to_the_priors():
+    """Payloads measured during the warm-up at 25% say nothing of 1%: once the selection
+    count has moved past DRIFT, the tensor is predicted from the priors again."""
+    pipeline = dr.Pipeline(ratio=0.01, warmup_steps=10)
+    plans = TimePlanner(pipeline, {"allreduce": GBIT, "allgather": GBIT}, 2, priors(), CANDIDATES)
+    sparse = Plan(ALLGATHER, label="golomb+fp16")
+    plans.plan("w", 4_000_000, True)
+    plans.observe("w", sparse, frames_of(0.5, 3_000_000, 0.5), 0.0)  # a slow 25% payload
+    pipeline.set_steps({"w": 1})
+    assert plans.plan("w", 4_000_000, True).kind == ALLREDUCE_FP16  # still about 25%: believed
+    pipeline.set_steps({"w": 10})
+    assert plans.plan("w", 4_000_000, True).kind == ALLGATHER
+    assert plans.report()["w"]["measured"] == {}
+
+
+def test_cpu_costs_are_calibrated_at_the_base_ratio():
+    """Per-selected costs come from payloads of the base ratio, whatever the warm-up or a
+    critical phase would select at a tensor's first step (else they would be 100x too high)."""
+    from deepreduce_hvd.comm.calibration import calibrate_cpu
+    plain = calibrate_cpu(dr.Pipeline(ratio=0.01), CANDIDATES, repeats=1)
+    eager = calibrate_cpu(dr.Pipeline(ratio=0.01, warmup_steps=50, adaptive_density=True),
+                          CANDIDATES, repeats=1)
+    assert eager["golomb+fp16"].bits_per_selected == plain["golomb+fp16"].bits_per_selected

@@ -25,7 +25,9 @@ def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3):
     compensation and fp16 cast. -> {label: Costs}."""
     rng = np.random.default_rng(0)
     grads = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
-    config = pipeline.get_config()
+    # at the base ratio: the costs are per selected element, and the planner scales them by
+    # each tensor's count (a warm-up or a critical phase selects more)
+    config = {**pipeline.get_config(), "warmup_steps": 0, "adaptive_density": False}
     costs = {}
 
     def best(fn):

@@ -43,6 +43,7 @@ WARM_STEPS = 3           # steps on the prior's choice before exploring (first s
 STEPS_PER_CANDIDATE = 3  # measurements of each sparse candidate while exploring
 REVISIT = 25             # then every REVISIT steps the runner-up is measured once more
 WINDOW = 8  # a cost is the least of its last WINDOW measurements: stalls only ever add time
+DRIFT = 1.5  # measurements taken at a selection count this many times off are dropped
 
 
 class Plan(NamedTuple):
@@ -156,7 +157,7 @@ class FixedPlanner:
 
 
 class _TensorState:
-    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked", "k")
+    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked", "k", "k_measured")
 
     def __init__(self):
         self.step = 0
@@ -166,6 +167,7 @@ class _TensorState:
         self.predicted = {}
         self.ranked = None   # options by predicted time; None: to be recomputed
         self.k = None        # the selection count the ranking was predicted for
+        self.k_measured = None  # the selection count the measurements were taken at
 
 
 class TimePlanner:
@@ -223,6 +225,8 @@ class TimePlanner:
         k = self.pipeline.selection_count(size, name)  # the warm-up and critical phases move it
         if state.ranked is None or state.k != k:  # else predictions change only with measurements
             state.k = k
+            if state.k_measured and not 1 / DRIFT <= k / state.k_measured <= DRIFT:
+                state.measured, state.k_measured = {}, None  # costs of another density: priors
             options = [label for label in self._options(size, kinds) if kinds is None or
                        (ALLGATHER if label in self.candidates else label) in kinds]
             if not options:
@@ -261,7 +265,7 @@ class TimePlanner:
             if state is not None:
                 state.last = plan.label
             return
-        state.ranked = None
+        state.ranked, state.k_measured = None, state.k_measured or state.k
         seen = state.measured.setdefault(plan.label, {})
         _record(seen, "encode", max(frame.encode_s for frame in received))
         _record(seen, "bytes", float(np.mean([len(frame.payload) for frame in received])))

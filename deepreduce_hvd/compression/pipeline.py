@@ -34,11 +34,10 @@ MEMORIES = (None, "none", "residual")
 class Stats:
     """Counters a training job can log: bytes_sent, bytes_received (the other ranks' frames
     of the sparse allgathers: what this rank received and decoded), dense_bytes, ratio,
-    tensors_compressed
-    (sent as sparse payloads), tensors_allreduced (handed to Horovod's allreduce, fp32 or
-    fp16, by the time-aware choice), tensors_passed_through, tensors_nonfinite,
-    selections_boosted (sparse selections made at a critical phase's higher density),
-    encode_s, decode_s."""
+    tensors_compressed (sent as sparse payloads), tensors_allreduced (handed to Horovod's
+    allreduce, fp32 or fp16, by the time-aware choice), tensors_passed_through,
+    tensors_nonfinite, selections_boosted (sparse selections made at a critical phase's
+    higher density), encode_s, decode_s."""
 
     def __init__(self):
         self.reset()
@@ -49,9 +48,9 @@ class Stats:
         self.tensors_nonfinite = self.selections_boosted = 0
         self.encode_s = self.decode_s = 0.0
 
-    COUNTERS = ("bytes_sent", "bytes_received", "dense_bytes", "tensors_compressed", "tensors_allreduced",
-                "tensors_passed_through", "tensors_nonfinite", "selections_boosted", "encode_s",
-                "decode_s")
+    COUNTERS = ("bytes_sent", "bytes_received", "dense_bytes", "tensors_compressed",
+                "tensors_allreduced", "tensors_passed_through", "tensors_nonfinite",
+                "selections_boosted", "encode_s", "decode_s")
 
     def as_dict(self) -> dict[str, Any]:
         return self.combined([self])
