@@ -135,7 +135,7 @@ def report(results):
                ylabel="test accuracy" if higher else "validation perplexity")
         if not higher:
             ax.set_yscale("log")
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(DOCS / "tta.png", dpi=110)
     (DOCS / "tta.md").write_text("\n\n".join(sections) + "\n")

@@ -283,12 +283,12 @@ class Pipeline:
 
     def decompress(self, gathered: Buffer, shape: Sequence[int], dtype_name: str, ranks: int,
                    name: Optional[str] = None, out: Optional[np.ndarray] = None,
-                   scale: float = 1.0, rank: Optional[int] = None
+                   scale: float = 1.0, own_bytes: int = 0
                    ) -> Tuple[np.ndarray, List[frames.Frame]]:
         """The concatenated frames of every rank (an allgather's output) -> scale times their
         sum, dense float32, added in rank order so that every rank computes the same bits.
         out: a float32 buffer of the tensor's size to write the sum into (else a new one).
-        rank: this rank's place among them (its own frame is not counted as received).
+        own_bytes: the size of this rank's own frame among them (not counted as received).
         Returns (sum, frames); the frames carry each rank's measured costs."""
         start = time.perf_counter()
         shape = check_shape(shape)
@@ -296,8 +296,8 @@ class Pipeline:
             raise DeepReduceError(f"ranks must be a positive int, not {ranks!r}")
         expected = self.fingerprint(shape, dtype_name)
         received = frames.read_all(gathered, ranks, expected, f"shape {shape}, {dtype_name}")
-        self.stats.bytes_received += sum(frames.HEADER + len(f.payload) for f in received
-                                         if f.rank != rank)
+        gathered_bytes = sum(frames.HEADER + len(frame.payload) for frame in received)
+        self.stats.bytes_received += gathered_bytes - own_bytes
         for frame in received:
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(f"rank {frame.rank} could not encode this tensor: "
