@@ -277,6 +277,7 @@ class TimePlanner:
     def state_dict(self):
         """Every tensor's step, measurements and last choice (plain Python values)."""
         return {name: {"step": s.step, "last": s.last, "choice": s.choice,
+                       "k_measured": s.k_measured,
                        "measured": {label: {key: list(values) for key, values in m.items()}
                                     for label, m in s.measured.items()}}
                 for name, s in self._tensors.items()}
@@ -286,6 +287,7 @@ class TimePlanner:
         for name, saved in state.items():
             s = self._tensors[name] = _TensorState()
             s.step, s.last, s.choice = int(saved["step"]), saved["last"], saved["choice"]
+            s.k_measured = saved["k_measured"]
             for label, measured in saved["measured"].items():
                 for key, values in measured.items():
                     for value in values:
