@@ -44,14 +44,13 @@ class Caller(NamedTuple):
 class Flight:
     """One tensor between compress and decompress: its plan and what decompress needs."""
     __slots__ = ("plan", "state", "process_set", "name", "key", "tensor", "info", "in_place",
-                 "handle", "plans", "local", "inner", "dense", "total", "sent")
+                 "handle", "plans", "local", "inner", "dense", "total")
 
     def __init__(self, plan, state, process_set, name, key, tensor, info, in_place=False):
         self.plan, self.state, self.process_set = plan, state, process_set
         self.name, self.key, self.tensor, self.info, self.in_place = name, key, tensor, info, in_place
         self.plans = {"current": plan}  # the plan of the step that runs (a traced graph re-plans)
         self.handle = self.local = self.inner = self.dense = self.total = None
-        self.sent = 0  # bytes of this rank's frame (set when the step encodes)
 
 
 class Communicator:
@@ -175,15 +174,12 @@ class Communicator:
                                      like=flight.tensor)
         choose = self._chooser(flight)
         if self._on_device(flight):
-            encoded = self._device(state).compress(name, flight.tensor, choose)
-            flight.sent = len(encoded)
-            frame = adapter.as_frame(encoded)
+            frame = adapter.as_frame(self._device(state).compress(name, flight.tensor, choose))
         else:
             def encode(dense):
                 codec, fallback = choose(dense.size)
-                encoded = state.pipeline.compress(name, dense, codec, fallback)
-                flight.sent = len(encoded)
-                return np.frombuffer(bytearray(encoded), np.uint8)
+                return np.frombuffer(bytearray(state.pipeline.compress(name, dense, codec, fallback)),
+                                     np.uint8)
             frame = adapter.host_call(encode, [flight.tensor], "uint8")
         process_set = flight.process_set
         flight.handle = adapter.allgather(
@@ -254,8 +250,8 @@ class Communicator:
             start = time.perf_counter()
             total, received = state.pipeline.decompress(
                 frames, tuple(int(d) for d in dims), flight.info.dtype,
-                adapter.set_size(process_set), flight.key, out=out,
-                scale=float(np.ravel(scale)[0]), own_bytes=flight.sent)
+                adapter.set_size(process_set), flight.key, out=out, scale=float(np.ravel(scale)[0]),
+                own_bytes=state.pipeline.frame_bytes(flight.name))
             planner.observe(flight.key, flight.plans["current"], received,
                             time.perf_counter() - start)
             return total.reshape(-1)

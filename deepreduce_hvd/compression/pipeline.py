@@ -136,6 +136,7 @@ class Pipeline:
         self.stats = Stats()
         self._steps = {}
         self._last_decode = {}
+        self._frame_bytes = {}  # name -> the size of the frame this rank sent last
 
     def get_config(self) -> dict:
         return {"sparsifier": self.sparsifier, "ratio": self.ratio, "threshold": self.threshold,
@@ -173,6 +174,10 @@ class Pipeline:
         self.density.load_state_dict(state["density"])
         if self.momentum is not None:
             self.momentum.load_state_dict(state["momentum"])
+
+    def frame_bytes(self, name: Optional[str]) -> int:
+        """The size of the frame this rank last sent for tensor `name` (0: none yet)."""
+        return self._frame_bytes.get(name, 0)
 
     def current_ratio(self, name=None):
         """The ratio of tensor `name`'s next selection (compression/density.py). Every rank
@@ -274,6 +279,7 @@ class Pipeline:
                              self._last_decode.get(name, 0.0))
         self.stats.encode_s += encode_s
         self.stats.bytes_sent += len(frame)
+        self._frame_bytes[name] = len(frame)
         self.stats.dense_bytes += 4 * math.prod(shape)
         self.stats.tensors_compressed += 1
         if self.sparsifier in ("topk", "randomk") and self.density.critical(name):
