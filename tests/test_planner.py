@@ -160,3 +160,28 @@ def test_cpu_costs_are_calibrated_at_the_base_ratio():
     eager = calibrate_cpu(dr.Pipeline(ratio=0.01, warmup_steps=50, adaptive_density=True),
                           CANDIDATES, repeats=1)
     assert eager["golomb+fp16"].bits_per_selected == plain["golomb+fp16"].bits_per_selected
+
+
+def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins():
+    """A noisy calibration that ranks the dense allreduce first must not keep the tensor
+    dense for the whole job: candidates predicted within EXPLORE_MARGIN are measured, and a
+    measured cheaper one takes over; one predicted far slower is never tried."""
+    from deepreduce_hvd.comm.planner import EXPLORE_MARGIN
+    size = 400_000
+    for slowdown, expect_sparse in ((0.8 * EXPLORE_MARGIN, True), (1.5 * EXPLORE_MARGIN, False)):
+        plans = two_candidates()
+        prior = plans.priors["golomb+fp16"]
+        dense_s = plans._predict(plans.dense, size, 4000, {})
+        sparse_s = plans._predict("golomb+fp16", size, 4000, {})
+        extra = slowdown * dense_s - sparse_s  # put the sparse priors `slowdown` x dense
+        for label in ("golomb+fp16", "entropy+entropy"):
+            plans.priors[label] = plans.priors[label]._replace(
+                encode_fixed=prior.encode_fixed + extra)
+        labels = []
+        for _ in range(30):
+            plan = plans.plan("w", size, True)
+            labels.append(plan.label)
+            if plan.kind == ALLGATHER:  # measured: far cheaper than the priors said
+                plans.observe("w", plan, frames_of(1e-5, 200, 1e-5), 0.0)
+        assert labels[0] == plans.dense
+        assert (labels[-1] != plans.dense) == expect_sparse, labels

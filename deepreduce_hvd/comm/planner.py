@@ -18,7 +18,10 @@ calibration on this host and are replaced by the costs measured in the job: ever
 its sender's encode time and last decode time, and the payload sizes are in the frames too.
 A cost is the least of its recent measurements (on shared cores a stall only adds time).
 After a few warm steps each sparse candidate is tried for a few steps before the planner
-settles, and the runner-up is measured again now and then.
+settles, and the runner-up is measured again now and then. Where the dense allreduce leads,
+the sparse candidates predicted within EXPLORE_MARGIN of it are tried all the same (a noisy
+calibration must not keep a tensor dense for a whole job), and the best of them is measured
+again now and then.
 
 Every input to a decision is identical on every rank (calibrations are agreed once, the
 measurements arrive in the allgathered frames, step counters advance together), and so is every
@@ -44,6 +47,7 @@ STEPS_PER_CANDIDATE = 3  # measurements of each sparse candidate while exploring
 REVISIT = 25             # then every REVISIT steps the runner-up is measured once more
 WINDOW = 8  # a cost is the least of its last WINDOW measurements: stalls only ever add time
 DRIFT = 1.5  # measurements taken at a selection count this many times off are dropped
+EXPLORE_MARGIN = 2.0  # a sparse candidate predicted this much slower than dense is still tried
 
 
 class Plan(NamedTuple):
@@ -157,7 +161,8 @@ class FixedPlanner:
 
 
 class _TensorState:
-    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked", "k", "k_measured")
+    __slots__ = ("step", "measured", "last", "choice", "predicted", "ranked", "k", "k_measured",
+                 "explore_start", "explore_order")
 
     def __init__(self):
         self.step = 0
@@ -168,6 +173,8 @@ class _TensorState:
         self.ranked = None   # options by predicted time; None: to be recomputed
         self.k = None        # the selection count the ranking was predicted for
         self.k_measured = None  # the selection count the measurements were taken at
+        self.explore_start = None  # the step its exploration began at
+        self.explore_order = ()    # the candidates it tries then, in turn
 
 
 class TimePlanner:
@@ -234,11 +241,7 @@ class TimePlanner:
             state.predicted = {label: self._predict(label, size, k, state.measured)
                                for label in options}
             state.ranked = sorted(options, key=lambda label: (state.predicted[label], label))
-        best = state.ranked[0]
-        if best in self.candidates:
-            sparse = [label for label in state.ranked if label in self.candidates]
-            best = self._explore(state.step, sparse, [label for label in self.candidates
-                                                      if label in state.predicted]) or best
+        best = self._explore(state) or state.ranked[0]
         state.choice = best
         state.step += 1
         if best == ALLREDUCE:
@@ -247,14 +250,33 @@ class TimePlanner:
             return Plan(ALLREDUCE_FP16, None, best)
         return Plan(ALLGATHER, self.candidates[best], best, self.fallback)
 
-    def _explore(self, step, ranked_sparse, order):
-        """The candidate to measure at this step, or None: after the warm steps each one in
-        turn, then the runner-up once every `revisit` steps."""
-        explored = self.warm_steps + self.explore_steps * len(order)
-        if self.warm_steps <= step < explored:
-            return order[(step - self.warm_steps) // self.explore_steps]
-        if step >= explored and len(ranked_sparse) > 1 and (step - explored) % self.revisit == self.revisit - 1:
-            return ranked_sparse[1]
+    def _contenders(self, state):
+        """The sparse options worth measuring, best predicted first: all of them where one
+        leads, else those within EXPLORE_MARGIN of the dense option that leads."""
+        sparse = [label for label in state.ranked if label in self.candidates]
+        leader = state.ranked[0]
+        if leader in self.candidates:
+            return sparse
+        return [label for label in sparse
+                if state.predicted[label] <= EXPLORE_MARGIN * state.predicted[leader]]
+
+    def _explore(self, state):
+        """The candidate to measure at this step, or None. From the first step past the warm
+        ones with a contender, each contender in candidate order for explore_steps steps; then
+        once every `revisit` steps the best contender that is not the choice."""
+        contenders = self._contenders(state)
+        if state.explore_start is None:
+            if state.step < self.warm_steps or not contenders:
+                return None
+            state.explore_start = state.step
+            state.explore_order = tuple(label for label in self.candidates if label in contenders)
+        since = state.step - state.explore_start
+        explored = self.explore_steps * len(state.explore_order)
+        if since < explored:
+            return state.explore_order[since // self.explore_steps]
+        others = [label for label in contenders if label != state.ranked[0]]
+        if others and (since - explored) % self.revisit == self.revisit - 1:
+            return others[0]
         return None
 
     def observe(self, name, plan, received, decode_s):
@@ -277,7 +299,8 @@ class TimePlanner:
     def state_dict(self):
         """Every tensor's step, measurements and last choice (plain Python values)."""
         return {name: {"step": s.step, "last": s.last, "choice": s.choice,
-                       "k_measured": s.k_measured,
+                       "k_measured": s.k_measured, "explore_start": s.explore_start,
+                       "explore_order": list(s.explore_order),
                        "measured": {label: {key: list(values) for key, values in m.items()}
                                     for label, m in s.measured.items()}}
                 for name, s in self._tensors.items()}
@@ -288,6 +311,8 @@ class TimePlanner:
             s = self._tensors[name] = _TensorState()
             s.step, s.last, s.choice = int(saved["step"]), saved["last"], saved["choice"]
             s.k_measured = saved["k_measured"]
+            s.explore_start = saved.get("explore_start")
+            s.explore_order = tuple(saved.get("explore_order", ()))
             for label, measured in saved["measured"].items():
                 for key, values in measured.items():
                     for value in values:
