@@ -170,13 +170,12 @@ def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins()
     size = 400_000
     for slowdown, expect_sparse in ((0.8 * EXPLORE_MARGIN, True), (1.5 * EXPLORE_MARGIN, False)):
         plans = two_candidates()
-        prior = plans.priors["golomb+fp16"]
-        dense_s = plans._predict(plans.dense, size, 4000, {})
-        sparse_s = plans._predict("golomb+fp16", size, 4000, {})
-        extra = slowdown * dense_s - sparse_s  # put the sparse priors `slowdown` x dense
-        for label in ("golomb+fp16", "entropy+entropy"):
+        k = plans.pipeline.selection_count(size, "w")
+        dense_s = plans._predict(plans.dense, size, k, {})
+        extra = slowdown * dense_s - plans._predict("golomb+fp16", size, k, {})
+        for label in plans.candidates:  # the sparse priors about `slowdown` x dense
             plans.priors[label] = plans.priors[label]._replace(
-                encode_fixed=prior.encode_fixed + extra)
+                encode_fixed=plans.priors[label].encode_fixed + extra)
         labels = []
         for _ in range(30):
             plan = plans.plan("w", size, True)
