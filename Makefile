@@ -14,7 +14,7 @@ DENSITY ?= 0.01
 GRADIENTS ?= data/digits_gradients.npz
 
 .PHONY: setup test test-core demo demo-baseline bench bench-codecs bench-bloom bench-topk bench-hotpath bench-scaling bench-fuzz bench-hosts bench-synthetic bench-device \
-	bench-e2e bench-convergence bench-tta capture clean
+	bench-e2e bench-convergence bench-tta bench-routes capture clean
 
 setup: .venv/.installed
 
@@ -96,6 +96,10 @@ bench-synthetic: setup
 # as root: time to accuracy at 1 Gbit/s (wide MLP, digits CNN in torch and TF, LSTM; 3 seeds)
 bench-tta: setup
 	$(PY) scripts/bench_tta.py
+
+# as root: allgather vs sparse allreduce at 2, 4 and 8 ranks, wide MLP at 1 Gbit/s
+bench-routes: setup
+	$(PY) scripts/bench_routes.py
 
 bench-convergence: setup
 	$(PY) scripts/bench_e2e.py convergence $(if $(QUICK),--quick)

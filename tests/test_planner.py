@@ -3,7 +3,7 @@ import pytest
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.comm.planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, Costs, LinkModel,
-                                         Plan, TimePlanner)
+                                         Measured, Plan, TimePlanner)
 from deepreduce_hvd.wire.frames import PAYLOAD, Frame
 
 CANDIDATES = [("golomb", "fp16")]
@@ -68,7 +68,8 @@ def two_candidates(ranks=2):
 
 
 def frames_of(encode_s, nbytes, decode_s, ranks=2):
-    return [Frame(r, PAYLOAD, memoryview(bytes(nbytes)), encode_s, decode_s) for r in range(ranks)]
+    return Measured.of([Frame(r, PAYLOAD, memoryview(bytes(nbytes)), encode_s, decode_s)
+                        for r in range(ranks)])
 
 
 def test_exploration_tries_each_candidate_then_settles_and_revisits_the_runner_up():
@@ -80,7 +81,7 @@ def test_exploration_tries_each_candidate_then_settles_and_revisits_the_runner_u
         plan = planner.plan("w", size, True)
         labels.append(plan.label)
         encode_s, nbytes = cost[plan.label]
-        planner.observe("w", plan, frames_of(encode_s, nbytes, 0.001), 0.001)
+        planner.observe("w", plan, frames_of(encode_s, nbytes, 0.001))
     prior_choice = labels[0]
     assert labels[:2] == [prior_choice] * 2
     assert labels[2:6] == ["golomb+fp16"] * 2 + ["entropy+entropy"] * 2  # in candidate order
@@ -96,9 +97,9 @@ def test_observe_keeps_the_least_of_recent_costs_and_decode_of_the_previous_step
     sender's decode of the previous step, credited to the option used then."""
     planner = two_candidates()
     plan = planner.plan("w", 4_000_000, True)
-    planner.observe("w", plan, frames_of(0.010, 5000, 0.0), 0.0)
-    planner.observe("w", plan, frames_of(0.003, 5000, 0.007), 0.0)
-    planner.observe("w", plan, frames_of(0.050, 5000, 0.004), 0.0)
+    planner.observe("w", plan, frames_of(0.010, 5000, 0.0))
+    planner.observe("w", plan, frames_of(0.003, 5000, 0.007))
+    planner.observe("w", plan, frames_of(0.050, 5000, 0.004))
     seen = planner.report()["w"]["measured"][plan.label]
     assert seen["encode"] == 0.003 and seen["decode"] == 0.004 and seen["bytes"] == 5000
 
@@ -106,11 +107,11 @@ def test_observe_keeps_the_least_of_recent_costs_and_decode_of_the_previous_step
 def test_observe_uses_the_slowest_rank_and_dense_steps_leave_no_measurement():
     planner = two_candidates()
     plan = planner.plan("w", 4_000_000, True)
-    planner.observe("w", plan, [Frame(0, PAYLOAD, memoryview(bytes(10)), 0.001, 0.0),
-                                Frame(1, PAYLOAD, memoryview(bytes(30)), 0.009, 0.0)], 0.0)
+    planner.observe("w", plan, Measured.of([Frame(0, PAYLOAD, memoryview(bytes(10)), 0.001, 0.0),
+                                            Frame(1, PAYLOAD, memoryview(bytes(30)), 0.009, 0.0)]))
     seen = planner.report()["w"]["measured"][plan.label]
     assert seen["encode"] == 0.009 and seen["bytes"] == 20
-    planner.observe("w", Plan(ALLREDUCE_FP16, label=ALLREDUCE_FP16), (), 0.0)
+    planner.observe("w", Plan(ALLREDUCE_FP16, label=ALLREDUCE_FP16), None)
     assert set(planner.report()["w"]["measured"]) == {plan.label}
 
 
@@ -118,13 +119,13 @@ def test_planner_state_round_trips():
     first, second = two_candidates(), two_candidates()
     for _ in range(9):
         plan = first.plan("w", 4_000_000, True)
-        first.observe("w", plan, frames_of(0.002 if "entropy" in plan.label else 0.004, 7000, 0.001), 0.0)
+        first.observe("w", plan, frames_of(0.002 if "entropy" in plan.label else 0.004, 7000, 0.001))
     second.load_state_dict(first.state_dict())
     for _ in range(12):
         one, other = first.plan("w", 4_000_000, True), second.plan("w", 4_000_000, True)
         assert one.label == other.label
         for p in (first, second):
-            p.observe("w", one, frames_of(0.002, 7000, 0.001), 0.0)
+            p.observe("w", one, frames_of(0.002, 7000, 0.001))
 
 
 def test_a_tensor_sent_dense_at_a_high_density_goes_sparse_when_its_density_drops():
@@ -144,7 +145,7 @@ def test_costs_measured_at_another_density_give_way_to_the_priors():
     plans = TimePlanner(pipeline, {"allreduce": GBIT, "allgather": GBIT}, 2, priors(), CANDIDATES)
     sparse = Plan(ALLGATHER, label="golomb+fp16")
     plans.plan("w", 4_000_000, True)
-    plans.observe("w", sparse, frames_of(0.5, 3_000_000, 0.5), 0.0)  # a slow 25% payload
+    plans.observe("w", sparse, frames_of(0.5, 3_000_000, 0.5))  # a slow 25% payload
     pipeline.set_steps({"w": 1})
     assert plans.plan("w", 4_000_000, True).kind == ALLREDUCE_FP16  # still about 25%: believed
     pipeline.set_steps({"w": 10})
@@ -181,6 +182,6 @@ def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins()
             plan = plans.plan("w", size, True)
             labels.append(plan.label)
             if plan.kind == ALLGATHER:  # measured: far cheaper than the priors said
-                plans.observe("w", plan, frames_of(1e-5, 200, 1e-5), 0.0)
+                plans.observe("w", plan, frames_of(1e-5, 200, 1e-5))
         assert labels[0] == plans.dense
         assert (labels[-1] != plans.dense) == expect_sparse, labels

@@ -13,6 +13,7 @@ class History:
     def __init__(self, rank, path=None, args=None):
         self.rank, self.path, self.args = rank, path, args or {}
         self.records, self.metrics = [], []
+        self.totals = {}  # whole-run figures a job adds (saved beside the history)
 
     def add(self, epoch, metrics, sent_bytes, dense_bytes, seconds):
         record = {"epoch": epoch, **metrics, "mb_sent": sent_bytes / 1e6,
@@ -53,4 +54,5 @@ class History:
     def save(self):
         if self.rank == 0 and self.path:
             with open(self.path, "w") as f:
-                json.dump({"args": self.args, "history": self.records}, f, indent=1)
+                json.dump({"args": self.args, "history": self.records, "totals": self.totals},
+                          f, indent=1)

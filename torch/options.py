@@ -21,6 +21,9 @@ def compression_parser(doc, sparsifier="topk", value="auto"):
                         help="DGC's momentum correction, for the job's momentum-SGD optimizer")
     parser.add_argument("--objective", default="time", choices=["time", "bytes"],
                         help="with an 'auto' codec: least predicted time (default) or fewest bytes")
+    parser.add_argument("--collective", default="auto",
+                        choices=["auto", "allgather", "sparse_allreduce"],
+                        help="how sparse payloads travel (DeepReduce(collective=))")
     parser.add_argument("--bandwidth", default=None,
                         help="the link, e.g. 1gbit (default: measured by a short calibration)")
     return parser
@@ -44,4 +47,5 @@ def pipeline_config(args):
     return dict(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index, value=args.value,
                 memory=None if args.memory == "none" else "residual", objective=args.objective,
                 bandwidth=args.bandwidth, warmup_steps=args.warmup_steps,
+                collective=args.collective,
                 adaptive_density=not args.fixed_density)

@@ -100,8 +100,21 @@ def main():
         loss = hvd.allreduce(torch.tensor(sum(losses) / len(losses)), name=f"loss.{epoch}").item()
         history.add(epoch, {"loss": loss, "test_accuracy": evaluate(model, x_test, y_test)},
                     *sent_bytes(args, compression, model, steps), time.perf_counter() - start)
+    history.totals["steps"] = steps
+    if isinstance(compression, DeepReduce):  # what this rank received and decoded
+        stats = compression.stats()
+        history.totals.update(bytes_received=stats["bytes_received"], decode_s=stats["decode_s"],
+                              encode_s=stats["encode_s"],
+                              parameters_identical=parameters_identical(model))
     history.compare(args.baseline or BASELINE)
     history.save()
+
+
+def parameters_identical(model):
+    """Whether every rank holds the same parameters, bit for bit."""
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = hvd.allgather(flat.unsqueeze(0), name="parameters.check")
+    return bool((gathered == gathered[0]).all())
 
 
 if __name__ == "__main__":

@@ -130,6 +130,11 @@ class Adapter:
     def allreduce_sum(self, tensor: Any, name: str, process_set: Any) -> Any:
         raise NotImplementedError
 
+    def alltoall(self, tensor: Any, splits: Any, name: str, process_set: Any) -> Any:
+        """Horovod's alltoall: splits[j] (int32) elements of `tensor` go to the set's j-th
+        rank; wait -> (what every rank sent this one, in rank order; the received splits)."""
+        raise NotImplementedError
+
     def broadcast(self, tensor: Any, root: int, name: str, process_set: Any) -> Any:
         raise NotImplementedError
 

@@ -93,6 +93,10 @@ class TFAdapter(Adapter):
                              ignore_name_scope=True,
                              process_set=process_set)
 
+    def alltoall(self, tensor, splits, name, process_set):
+        return hvd.alltoall(tensor, splits=splits, name=op_name("HorovodAlltoall_" + name),
+                            ignore_name_scope=True, process_set=process_set)
+
     def broadcast(self, tensor, root, name, process_set):
         return hvd.broadcast(tensor, root_rank=root, name=op_name("HorovodBroadcast_" + name),
                              ignore_name_scope=True,

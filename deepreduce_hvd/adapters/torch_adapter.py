@@ -74,6 +74,9 @@ class TorchAdapter(Adapter):
     def allreduce_sum(self, tensor, name, process_set):
         return hvd.allreduce_async(tensor.detach(), op=hvd.Sum, name=name, process_set=process_set)
 
+    def alltoall(self, tensor, splits, name, process_set):
+        return hvd.alltoall_async(tensor, splits=splits, name=name, process_set=process_set)
+
     def broadcast(self, tensor, root, name, process_set):
         return hvd.broadcast_async(tensor, root_rank=root, name=name, process_set=process_set)
 

@@ -2,21 +2,21 @@
 
 For each tensor Horovod hands to `compress` the communicator resolves its name and process
 set, asks the policy how it travels (passed through, Horovod's own allreduce as fp32 or fp16,
-a sparse allgather of payloads, or the hierarchical exchange), runs the pipeline (error
+a sparse allgather of payloads, the sparse allreduce of comm/sparse_allreduce.py, or the
+hierarchical exchange), runs the pipeline (error
 feedback, sparsifier, codec) on the host or on the tensor's device, starts the collectives,
 and in `decompress` decodes, sums, scales and feeds the measured costs back to the planner.
 It is framework-neutral: an adapter (adapters/) supplies the framework's tensors and
 Horovod's collectives. Two phases, so a TensorFlow graph can trace it: the route is chosen at
 compress (trace) time, the encoding and decoding run when the step runs (`host_call`).
 
-Sparse payloads cannot be summed by an allreduce, so for an allgather `compress` hands
+Sparse payloads cannot be summed by an allreduce, so for the sparse routes `compress` hands
 Horovod's allreduce a one-element placeholder holding 1/size and `decompress` multiplies the
 decoded sum by the reduced placeholder, which has gone through Horovod's own op and scale
 factors: 1/size for hvd.Average, 1 for hvd.Sum, gradient_predivide_factor included.
 """
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Any, NamedTuple, Optional
 
@@ -28,8 +28,10 @@ from ..errors import DeepReduceError
 from .calibration import calibrate
 from .config import Options
 from .hierarchy import discover
-from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, PASS, FixedPlanner,
-                      Plan, Policy, TimePlanner, candidates)
+from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, PASS,
+                      SPARSE_ALLREDUCE, FixedPlanner, Measured, Plan, Policy, TimePlanner,
+                      candidates)
+from .sparse_allreduce import Exchange
 from .state import FORMAT, SetState, check_state, set_key
 
 
@@ -44,13 +46,13 @@ class Caller(NamedTuple):
 class Flight:
     """One tensor between compress and decompress: its plan and what decompress needs."""
     __slots__ = ("plan", "state", "process_set", "name", "key", "tensor", "info", "in_place",
-                 "handle", "plans", "local", "inner", "dense", "total")
+                 "handle", "plans", "local", "inner", "dense", "total", "exchange")
 
     def __init__(self, plan, state, process_set, name, key, tensor, info, in_place=False):
         self.plan, self.state, self.process_set = plan, state, process_set
         self.name, self.key, self.tensor, self.info, self.in_place = name, key, tensor, info, in_place
         self.plans = {"current": plan}  # the plan of the step that runs (a traced graph re-plans)
-        self.handle = self.local = self.inner = self.dense = self.total = None
+        self.handle = self.local = self.inner = self.dense = self.total = self.exchange = None
 
 
 class Communicator:
@@ -61,6 +63,7 @@ class Communicator:
         self.pipeline = Pipeline(**options.pipeline)  # the default process set's
         self.sets = {}
         self._in_flight = []  # hierarchical flights waiting for the exchange between hosts
+        self._reducing = []   # sparse allreduces waiting for their owners' reduction
         self._warned_unnamed = False
 
     # ---- process sets and their state ----
@@ -117,8 +120,9 @@ class Communicator:
 
     def _planner(self, state, process_set):
         options, pipeline = self.options, state.pipeline
+        collective = ALLGATHER if state.hierarchy else options.collective  # leaders: payloads
         if not options.time_aware:
-            return FixedPlanner(pipeline)
+            return FixedPlanner(pipeline, collective)
         max_error = pipeline.codec.get_config()["value"].get("max_error", 0.05) \
             if is_auto(options.value) else None
         pairs = candidates(options.index, options.value, max_error)
@@ -128,7 +132,7 @@ class Communicator:
             state.calibration = (links, priors, ranks)
         links, priors, _ = state.calibration
         planner = TimePlanner(pipeline, links, ranks, priors, pairs,
-                              allow_fp16=not pipeline.codec.lossless)
+                              allow_fp16=not pipeline.codec.lossless, collective=collective)
         if state.saved_planner:
             planner.load_state_dict(state.saved_planner)
             state.saved_planner = None
@@ -159,6 +163,8 @@ class Communicator:
         flight = Flight(plan, state, process_set, caller.name, key, tensor, info, caller.optimizer)
         if plan.kind == HIERARCHICAL:
             return self._start_across_hosts(flight)
+        if plan.kind == SPARSE_ALLREDUCE:
+            return self._scatter(flight)
         return self._send(flight), flight
 
     def _send(self, flight):
@@ -195,7 +201,7 @@ class Communicator:
         planner = flight.state.policy.planner
 
         def choose(size):
-            step = planner.plan(flight.key, size, True, kinds=(ALLGATHER,))
+            step = planner.plan(flight.key, size, True, kinds=(plan.kind,))
             flight.plans["current"] = step
             return step.codec, step.fallback
         return choose
@@ -206,7 +212,7 @@ class Communicator:
         info, device_path = flight.info, self.options.device_path
         wanted = info.on_device if device_path == "auto" else bool(device_path)
         wanted = wanted and flight.state.pipeline.momentum is None
-        return wanted and info.size is not None and (
+        return wanted and info.size is not None and flight.plan.kind != SPARSE_ALLREDUCE and (
             flight.plan.kind != ALLGATHER or self._device(flight.state).supports())
 
     def _device(self, state):
@@ -218,9 +224,12 @@ class Communicator:
     def decompress(self, reduced: Any, flight: Optional[Flight]) -> Any:
         if flight is None:
             return reduced
-        if flight.plan.kind == HIERARCHICAL:
+        if flight.plan.kind in (HIERARCHICAL, SPARSE_ALLREDUCE):
             if flight.total is None:
-                self._exchange_across_hosts(flight.state.hierarchy)
+                if flight.plan.kind == HIERARCHICAL:
+                    self._exchange_across_hosts(flight.state.hierarchy)
+                else:
+                    self._reduce_and_gather()
             out = self.adapter.finish(self.adapter.scaled(flight.total, reduced), flight.tensor)
         else:
             out = self._receive(reduced, flight)
@@ -241,24 +250,59 @@ class Communicator:
         in rank order (the same bits on every rank) and scaled by the reduced placeholder."""
         adapter, state, planner = self.adapter, flight.state, flight.state.policy.planner
         if flight.handle is None:  # Horovod's own allreduce carried it
-            adapter.at_run_time(lambda: planner.observe(flight.key, flight.plan, (), 0.0))
+            adapter.at_run_time(lambda: planner.observe(flight.key, flight.plan, None))
             return adapter.cast(reduced, flight.tensor)
         gathered = adapter.wait(flight.handle)
         process_set = flight.process_set
 
         def decode(frames, scale, dims, out=None):
-            start = time.perf_counter()
             total, received = state.pipeline.decompress(
                 frames, tuple(int(d) for d in dims), flight.info.dtype,
                 adapter.set_size(process_set), flight.key, out=out, scale=float(np.ravel(scale)[0]),
                 own_bytes=state.pipeline.frame_bytes(flight.name))
-            planner.observe(flight.key, flight.plans["current"], received,
-                            time.perf_counter() - start)
+            planner.observe(flight.key, flight.plans["current"], Measured.of(received))
             return total.reshape(-1)
 
         total = adapter.host_call(decode, [gathered, reduced, adapter.dims(flight.tensor)],
                                   "float32", out=adapter.output_buffer(flight.tensor, flight.in_place))
         return adapter.finish(total, flight.tensor)
+
+    # ---- the sparse allreduce (comm/sparse_allreduce.py) ----
+    def _scatter(self, flight):
+        """Encode this rank's piece of each rank's range and start the alltoall that takes
+        them to their owners; the rest waits for decompress, where every sparse allreduce
+        in flight is reduced and gathered at once."""
+        adapter, state, process_set = self.adapter, flight.state, flight.process_set
+        exchange = flight.exchange = Exchange(state.pipeline, flight.name, flight.info.dtype)
+        choose = self._chooser(flight)
+
+        def scatter(dense):  # the ranges and the set's size as they are when the step runs
+            ranks = adapter.set_ranks(process_set)
+            bounds = state.ranges.bounds(flight.key, dense.size, len(ranks))
+            return exchange.scatter(dense, bounds, ranks.index(adapter.rank()), *choose(dense.size))
+        pieces = adapter.host_call(scatter, [flight.tensor], "uint8")
+        splits = adapter.host_call(lambda _: exchange.splits, [pieces], "int32")
+        flight.handle = adapter.alltoall(
+            pieces, splits, f"DeepReduce.pieces.{flight.key}@{adapter.set_id(process_set)}", process_set)
+        self._reducing.append(flight)
+        return adapter.inverse_size(process_set), flight
+
+    def _reduce_and_gather(self):
+        """Every sparse allreduce in flight, stage by stage (every collective of a stage
+        started before any is waited for): the owners reduce the pieces they received, the
+        owners' survivors are allgathered, every rank decodes them."""
+        adapter, batch, self._reducing = self.adapter, self._reducing, []
+        for f in batch:
+            received = adapter.wait(f.handle)[0]
+            reduced = adapter.host_call(f.exchange.reduce, [received], "uint8")
+            f.handle = adapter.allgather(
+                reduced, f"DeepReduce.reduced.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
+        for f in batch:
+            def gather(buffer, f=f):
+                total, measured = f.exchange.gather(buffer, f.state.ranges, f.key)
+                f.state.policy.planner.observe(f.key, f.plans["current"], measured)
+                return total
+            f.total = adapter.host_call(gather, [adapter.wait(f.handle)], "float32")
 
     # ---- the hierarchical mode ----
     def _start_across_hosts(self, flight):
@@ -352,7 +396,7 @@ class Communicator:
         rank alike; each tensor's step count, and the way each tensor of a traced graph
         travels (graphs are not traced again), are rank 0's. Residuals stay with their ranks."""
         adapter, everyone = self.adapter, self.adapter.global_set()
-        self._in_flight = []
+        self._in_flight, self._reducing = [], []
         self.sets = {key: s for key, s in self.sets.items() if key == self._key(everyone)}
         state = self.set_state(everyone)
         state.reset_routing()

@@ -7,7 +7,7 @@ from ..codecs.choice import is_auto
 from ..codecs.sparse_codec import CodecSpec
 from ..compression.pipeline import Pipeline
 from ..errors import DeepReduceError
-from .planner import parse_bandwidth
+from .planner import COLLECTIVES, parse_bandwidth
 
 OBJECTIVES = ("time", "bytes")
 DEVICE_PATHS = ("auto", True, False)
@@ -40,6 +40,13 @@ class Options:
       device_path: where error feedback and selection run. "auto" (default): on the tensor's
         device when it is not the host CPU (only the selected values and positions cross to
         the host); True: always as framework ops (top-k and threshold); False: never.
+      collective: how sparse payloads travel. "auto" (default): the planner chooses per
+        tensor between the allgather and, from 3 ranks on, the sparse allreduce (fixed
+        codecs: the allgather); "allgather": every rank receives and decodes every rank's
+        payload (bytes and decoding grow with the ranks); "sparse_allreduce": each rank
+        owns a range of the index space, sums the pieces it receives, keeps the top k/P of
+        the sum and the survivors are allgathered (about k values per rank whatever the
+        ranks; the rest goes back into error feedback; comm/sparse_allreduce.py).
       hierarchical: for jobs that span hosts: dense sums inside each host, payloads between
         one leader per host (needs Horovod's dynamic process sets).
       seed: for random-k.
@@ -52,13 +59,16 @@ class Options:
                  process_set: Any = None, warmup_steps: int = 0,
                  device_path: Union[str, bool] = "auto", hierarchical: bool = False,
                  adaptive_density: bool = True, momentum: float = 0.0,
-                 momentum_masking: bool = False, **unknown: Any) -> None:
+                 momentum_masking: bool = False, collective: str = "auto",
+                 **unknown: Any) -> None:
         if unknown:
             raise DeepReduceError(f"DeepReduce got unknown options {sorted(unknown)}")
         if objective not in OBJECTIVES:
             raise DeepReduceError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
         if device_path not in DEVICE_PATHS:
             raise DeepReduceError(f"device_path must be 'auto', True or False, not {device_path!r}")
+        if collective not in COLLECTIVES:
+            raise DeepReduceError(f"collective must be one of {COLLECTIVES}, not {collective!r}")
         if not isinstance(hierarchical, bool):
             raise DeepReduceError(f"hierarchical must be True or False, not {hierarchical!r}")
         self.pipeline = dict(sparsifier=sparsifier, ratio=ratio, threshold=threshold, index=index,
@@ -70,4 +80,5 @@ class Options:
         self.index, self.value = index, value
         self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)
         self.process_set, self.device_path, self.hierarchical = process_set, device_path, hierarchical
+        self.collective = collective
         self.time_aware = objective == "time" and (is_auto(index) or is_auto(value))

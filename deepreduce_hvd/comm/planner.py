@@ -38,7 +38,9 @@ from ..codecs.sparse_codec import SparseCodec
 from ..errors import DeepReduceError
 
 ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, PASS = "allreduce", "allreduce_fp16", "allgather", "pass"
-HIERARCHICAL = "hierarchical"
+HIERARCHICAL, SPARSE_ALLREDUCE = "hierarchical", "sparse_allreduce"
+SPARSE_KINDS = (ALLGATHER, SPARSE_ALLREDUCE)
+COLLECTIVES = ("auto", ALLGATHER, SPARSE_ALLREDUCE)  # what DeepReduce(collective=) accepts
 FALLBACK = ("golomb", "raw")  # exact for any finite values: what a failing candidate is replaced by
 CANDIDATE_INDICES = ("golomb", "entropy")  # what "auto" means in the time-aware mode
 CANDIDATE_VALUES = ("fp16", "entropy")     # (entropy at 0.8 x max_error: the fit's own slack)
@@ -52,8 +54,8 @@ EXPLORE_MARGIN = 2.0  # a sparse candidate predicted this much slower than dense
 
 class Plan(NamedTuple):
     """How one tensor travels this step: kind is "allreduce", "allreduce_fp16", "allgather"
-    (with codec, and a fallback codec if that one cannot encode) or "pass" (unchanged,
-    uncompressed); label names the option in stats."""
+    or "sparse_allreduce" (with codec, and a fallback codec if that one cannot encode) or
+    "pass" (unchanged, uncompressed); label names the option in stats."""
     kind: str
     codec: Optional[SparseCodec] = None
     label: str = ""
@@ -77,6 +79,21 @@ class LinkModel(NamedTuple):
         (b0, t0), (b1, t1) = small, large
         slope = max((t1 - t0) / max(b1 - b0, 1), 1e-12)
         return cls(latency=max(t0 - slope * b0, 1e-6), bandwidth=1.0 / slope)
+
+
+class Measured(NamedTuple):
+    """What one sparse step cost, identical on every rank: the slowest rank's encode and
+    (previous step's) decode seconds, and the mean bytes a rank sent."""
+    encode_s: float
+    nbytes: float
+    decode_s: float
+
+    @classmethod
+    def of(cls, received):
+        """From every rank's frame of an allgather."""
+        return cls(max(f.encode_s for f in received),
+                   float(np.mean([len(f.payload) for f in received])),
+                   max(f.decode_s for f in received))
 
 
 class Costs(NamedTuple):
@@ -137,17 +154,19 @@ class Policy:
 
 
 class FixedPlanner:
-    """Every compressible tensor goes through the pipeline's codec (sparse allgather)."""
+    """Every compressible tensor goes through the pipeline's codec, by allgather (also for
+    collective="auto": without costs there is nothing to weigh) or the sparse allreduce."""
 
-    def __init__(self, pipeline):
+    def __init__(self, pipeline, collective=ALLGATHER):
         self.pipeline = pipeline
+        self.kind = SPARSE_ALLREDUCE if collective == SPARSE_ALLREDUCE else ALLGATHER
 
     def plan(self, name, size, is_float, kinds=None):
-        if kinds != (ALLGATHER,) and (not is_float or size < max(self.pipeline.min_size, 1)):
+        if kinds is None and (not is_float or size < max(self.pipeline.min_size, 1)):
             return Plan(PASS)
-        return Plan(ALLGATHER, self.pipeline.codec, "fixed")
+        return Plan(kinds[0] if kinds else self.kind, self.pipeline.codec, "fixed")
 
-    def observe(self, name, plan, received, decode_s):
+    def observe(self, name, plan, measured):
         pass
 
     def report(self):
@@ -186,13 +205,24 @@ class TimePlanner:
     calibrate_cpu (agreed across ranks); candidates: the sparse (index, value) pairs;
     allow_fp16: whether dense tensors may travel as fp16 (value codecs may be lossy). Every
     dense tensor of a job uses one dtype: fp16 when allowed and predicted faster on a large
-    tensor, else fp32.
+    tensor, else fp32. collective: how sparse payloads travel: "allgather", "sparse_allreduce"
+    (comm/sparse_allreduce.py; its options are labelled "sar:<pair>") or "auto", both from 3
+    ranks on (at 2 the sparse allreduce moves the same bytes in two rounds).
     """
 
     def __init__(self, pipeline, links, ranks, priors, candidates, allow_fp16=True,
-                 warm_steps=WARM_STEPS, explore_steps=STEPS_PER_CANDIDATE, revisit=REVISIT):
+                 warm_steps=WARM_STEPS, explore_steps=STEPS_PER_CANDIDATE, revisit=REVISIT,
+                 collective=ALLGATHER):
         self.pipeline, self.links, self.ranks, self.priors = pipeline, links, ranks, priors
-        self.candidates = {option_label(i, v): SparseCodec(index=i, value=v) for i, v in candidates}
+        kinds = {ALLGATHER: (ALLGATHER,), SPARSE_ALLREDUCE: (SPARSE_ALLREDUCE,),
+                 "auto": SPARSE_KINDS if ranks >= 3 else (ALLGATHER,)}[collective]
+        self.candidates, self.kind_of, self.pair_of = {}, {}, {}
+        for kind in kinds:
+            for i, v in candidates:
+                pair = option_label(i, v)
+                label = pair if kind == ALLGATHER else f"sar:{pair}"
+                self.candidates[label] = SparseCodec(index=i, value=v)
+                self.kind_of[label], self.pair_of[label] = kind, pair
         self.fallback = SparseCodec(*FALLBACK)
         self.allow_fp16, self.warm_steps = allow_fp16, warm_steps
         self.explore_steps, self.revisit = explore_steps, revisit
@@ -203,7 +233,7 @@ class TimePlanner:
 
     def _predict(self, label, n, k, measured):
         """Predicted seconds for one option on a tensor of n elements with k selected."""
-        prior = self.priors[label]
+        prior = self.priors[self.pair_of.get(label, label)]
         if label in (ALLREDUCE, ALLREDUCE_FP16):  # fused with the others: bytes, no latency
             cpu = prior.encode_fixed + prior.encode_per_element * n
             link = self.links.get("allreduce_fp16" if label == ALLREDUCE_FP16 else "allreduce",
@@ -213,13 +243,18 @@ class TimePlanner:
         nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
         encode = min(seen["encode"]) if "encode" in seen else (
             prior.encode_fixed + prior.encode_per_element * n)
+        link = self.links["allgather"]
+        if self.kind_of[label] == SPARSE_ALLREDUCE:  # pieces of ~k/P to each owner, ~k/P back
+            decode = min(seen["decode"]) if "decode" in seen else (   # from each: ~2k decoded
+                2 * prior.decode_fixed + 2 * prior.decode_per_payload_selected * k)
+            return encode + 2 * link.allgather(nbytes / self.ranks, self.ranks) + decode
         decode = min(seen["decode"]) if "decode" in seen else (
             prior.decode_fixed + self.ranks * prior.decode_per_payload_selected * k)
-        return encode + self.links["allgather"].allgather(nbytes, self.ranks) + decode
+        return encode + link.allgather(nbytes, self.ranks) + decode
 
     def _options(self, size, kinds=None):
         dense = [self.dense]
-        if size < max(self.pipeline.min_size, 1) and kinds != (ALLGATHER,):
+        if size < max(self.pipeline.min_size, 1) and not set(kinds or ()) & set(SPARSE_KINDS):
             return dense
         return dense + list(self.candidates)
 
@@ -235,7 +270,7 @@ class TimePlanner:
             if state.k_measured and not 1 / DRIFT <= k / state.k_measured <= DRIFT:
                 state.measured, state.k_measured = {}, None  # costs of another density: priors
             options = [label for label in self._options(size, kinds) if kinds is None or
-                       (ALLGATHER if label in self.candidates else label) in kinds]
+                       self.kind_of.get(label, label) in kinds]
             if not options:
                 raise DeepReduceError(f"no option of kind {kinds} for a tensor of {size} elements")
             state.predicted = {label: self._predict(label, size, k, state.measured)
@@ -248,7 +283,7 @@ class TimePlanner:
             return Plan(ALLREDUCE, None, best)
         if best == ALLREDUCE_FP16:
             return Plan(ALLREDUCE_FP16, None, best)
-        return Plan(ALLGATHER, self.candidates[best], best, self.fallback)
+        return Plan(self.kind_of[best], self.candidates[best], best, self.fallback)
 
     def _contenders(self, state):
         """The sparse options worth measuring, best predicted first: all of them where one
@@ -279,21 +314,21 @@ class TimePlanner:
             return others[0]
         return None
 
-    def observe(self, name, plan, received, decode_s):
-        """After a sparse step: every rank's encode time and payload size for this step, and
-        its decode time of the previous step (identical inputs on every rank)."""
+    def observe(self, name, plan, measured):
+        """After a step: for a sparse one, what it cost (Measured: every rank's encode time
+        and bytes for this step, and its decode time of the previous step; identical inputs
+        on every rank)."""
         state = self._tensors.get(name)
-        if state is None or plan.kind != ALLGATHER:
+        if state is None or plan.kind not in SPARSE_KINDS:
             if state is not None:
                 state.last = plan.label
             return
         state.ranked, state.k_measured = None, state.k_measured or state.k
         seen = state.measured.setdefault(plan.label, {})
-        _record(seen, "encode", max(frame.encode_s for frame in received))
-        _record(seen, "bytes", float(np.mean([len(frame.payload) for frame in received])))
-        if state.last in self.candidates and any(frame.decode_s for frame in received):
-            _record(state.measured.setdefault(state.last, {}), "decode",
-                    max(frame.decode_s for frame in received))
+        _record(seen, "encode", measured.encode_s)
+        _record(seen, "bytes", measured.nbytes)
+        if state.last in self.candidates and measured.decode_s:
+            _record(state.measured.setdefault(state.last, {}), "decode", measured.decode_s)
         state.last = plan.label
 
     def state_dict(self):

@@ -17,6 +17,7 @@ import numpy as np
 from ..compression.pipeline import Pipeline
 from ..errors import DeepReduceError
 from .planner import Costs, LinkModel
+from .sparse_allreduce import Ranges
 
 FORMAT = 1
 GLOBAL = "global"
@@ -47,6 +48,7 @@ class SetState:
     hierarchy: the hosts and their process sets (the hierarchical mode, global set only).
     device: the pipeline's device path (adapters), made on first use.
     traced_kinds: how each tensor travels in a traced (TensorFlow) graph, fixed at tracing.
+    ranges: each tensor's split into the ranks' ranges for the sparse allreduce.
     """
 
     def __init__(self, pipeline: Pipeline):
@@ -57,11 +59,13 @@ class SetState:
         self.device = None
         self.saved_planner = None  # a restored planner state, applied when the policy is built
         self.traced_kinds = {}     # key -> the kind a traced graph fixed for that tensor
+        self.ranges = Ranges()
 
     def reset_routing(self):
         """Forget everything measured about the world (an elastic job's ranks changed): the
         next step calibrates again and every rank starts the planner afresh, together."""
         self.policy = self.calibration = self.hierarchy = self.saved_planner = None
+        self.ranges = Ranges()
 
     def state_dict(self, export: Callable[[Any], Any]) -> dict:
         planner = self.policy.planner.state_dict() if self.policy is not None else self.saved_planner
@@ -71,13 +75,15 @@ class SetState:
             links, priors, ranks = self.calibration
             calibration = {"links": {k: list(v) for k, v in links.items()},
                            "priors": {k: list(v) for k, v in priors.items()}, "ranks": ranks}
-        return {"pipeline": pipeline, "planner": planner, "calibration": calibration}
+        return {"pipeline": pipeline, "planner": planner, "calibration": calibration,
+                "ranges": self.ranges.state_dict()}
 
     def load_state_dict(self, state: dict, to_numpy: Callable[[Any], np.ndarray],
                         assign: Optional[Callable] = None) -> None:
         self.pipeline.load_state_dict(map_arrays(state["pipeline"], to_numpy), assign)
         self.policy = self.hierarchy = None
         self.saved_planner = state["planner"]
+        self.ranges.load_state_dict(state.get("ranges", {}))
         saved = state["calibration"]
         self.calibration = None if saved is None else (
             {k: LinkModel(*v) for k, v in saved["links"].items()},

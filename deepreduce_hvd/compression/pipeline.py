@@ -71,15 +71,16 @@ def decode_all(payloads, shape, dtype_name):
     """(values, positions) of each payload, in rank order. Large sets are decoded on a small
     thread pool (the native kernels release the GIL); the caller still adds them in rank
     order, so every rank computes the same bits. Every payload must hold `dtype_name` values
-    of `shape`."""
+    of `shape` (a list of shapes: payload i those of shape[i])."""
     global _POOL
-    limit = max(math.prod(shape), 1)
-    decode = lambda p: decode_unordered(p, limit, shape, dtype_name)[:2]  # noqa: E731
+    payloads = list(payloads)
+    shapes = shape if isinstance(shape, list) else [shape] * len(payloads)
+    decode = lambda p, s: decode_unordered(p, max(math.prod(s), 1), s, dtype_name)[:2]  # noqa: E731
     if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
-        return map(decode, payloads)
+        return map(decode, payloads, shapes)
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count()), thread_name_prefix="deepreduce")
-    return _POOL.map(decode, payloads)
+    return _POOL.map(decode, payloads, shapes)
 
 
 class Pipeline:
@@ -228,21 +229,32 @@ class Pipeline:
         SparseCodec to use this time (default: the pipeline's); fallback: a codec to use if
         that one cannot encode these values (else every rank raises the error)."""
         start = time.perf_counter()
-        work = np.asarray(dense, dtype=np.float32) if dense.dtype.name in ("bfloat16", "float16") else dense
-        if self.momentum is not None and name is not None:
-            work = self.momentum.velocity(name, work)
-        picked = self._compensated_selection(name, work)
+        picked = self._pick(name, dense)
         values, indices, seed, compensated = picked if picked is not None else (None,) * 4
         frame, encoded = self.encode_selected(values, indices, dense.shape, dense.dtype, name,
                                               codec, fallback, compensated, seed, start)
-        if self.memory is not None and name is not None:
-            if picked is None:
-                self._forget(name)
-            elif encoded is not None:
-                self.memory.deliver(name, encoded.positions, encoded.values)
-                if self.momentum is not None:
-                    self.momentum.sent(name, encoded.positions)
+        self._feed_back(name, picked, encoded and (encoded.positions, encoded.values))
         return frame
+
+    def _pick(self, name, dense):
+        """The velocity (momentum correction), compensated and selected: see
+        _compensated_selection."""
+        work = np.asarray(dense, dtype=np.float32) if dense.dtype.name in ("bfloat16", "float16") else dense
+        if self.momentum is not None and name is not None:
+            work = self.momentum.velocity(name, work)
+        return self._compensated_selection(name, work)
+
+    def _feed_back(self, name, picked, delivered):
+        """Error feedback once encoded: the receivers get `delivered` = (positions, values),
+        None when nothing could be encoded; a non-finite gradient (picked None) starts afresh."""
+        if self.memory is None or name is None:
+            return
+        if picked is None:
+            self._forget(name)
+        elif delivered is not None:
+            self.memory.deliver(name, *delivered)
+            if self.momentum is not None:
+                self.momentum.sent(name, delivered[0])
 
     def _forget(self, name):
         """Tensor `name`'s gradient was not finite: its error feedback starts afresh."""
@@ -257,11 +269,23 @@ class Pipeline:
         Encoded, or None when nothing was encoded): the caller delivers Encoded.values at
         Encoded.positions to its residual."""
         start = time.perf_counter() if start is None else start
+        frame, encoded = self.frame(values, indices, shape, dtype, name, codec, fallback, dense,
+                                    seed, start)
+        self.stats.bytes_sent += len(frame)
+        self._frame_bytes[name] = len(frame)
+        self._count_sparse(name, shape, time.perf_counter() - start, values is None)
+        return frame, encoded
+
+    def frame(self, values, indices, shape, dtype, name=None, codec=None, fallback=None,
+              dense=None, seed=None, start=None):
+        """(frame bytes, Encoded or None) of one selection, not counted in the stats: a
+        payload, NONFINITE (values None), or the error every rank raises when neither the
+        codec nor the fallback can encode it (so no rank waits forever)."""
+        start = time.perf_counter() if start is None else start
         dtype = np.dtype(dtype)
         codec, encoded = codec or self.codec, None
         if values is None:
             kind, payload = frames.NONFINITE, b""
-            self.stats.tensors_nonfinite += 1
         else:
             values = np.asarray(values).astype(dtype, copy=False)
             try:
@@ -274,18 +298,55 @@ class Pipeline:
                 kind, payload = frames.PAYLOAD, encoded.payload
             except DeepReduceError as exc:  # sent to every rank, raised there: no rank hangs
                 kind, payload = frames.ERROR, str(exc).encode()
-        encode_s = time.perf_counter() - start
-        frame = frames.write(self.fingerprint(shape, dtype.name), kind, payload, encode_s,
-                             self._last_decode.get(name, 0.0))
+        return frames.write(self.fingerprint(shape, dtype.name), kind, payload,
+                            time.perf_counter() - start, self._last_decode.get(name, 0.0)), encoded
+
+    def _count_sparse(self, name, shape, encode_s, nonfinite=None):
+        """Stats (and the step) of one tensor sent as sparse payloads."""
         self.stats.encode_s += encode_s
-        self.stats.bytes_sent += len(frame)
-        self._frame_bytes[name] = len(frame)
         self.stats.dense_bytes += 4 * math.prod(shape)
         self.stats.tensors_compressed += 1
+        self.stats.tensors_nonfinite += bool(nonfinite)
         if self.sparsifier in ("topk", "randomk") and self.density.critical(name):
             self.stats.selections_boosted += 1
         self._advance(name)
-        return frame, encoded
+
+    def compress_pieces(self, name: Optional[str], dense: np.ndarray, bounds: Sequence[int],
+                        own: int, codec: Optional[SparseCodec] = None,
+                        fallback: Optional[SparseCodec] = None):
+        """The sender's side of the sparse allreduce (comm/sparse_allreduce.py): one frame per
+        range [bounds[j], bounds[j+1]) of the flattened gradient, holding this rank's
+        selection in that range at positions relative to its start (each piece encoded on its
+        own). Error feedback as in compress; `own` is this rank's range (its piece stays
+        here: not counted as sent). -> (frames, positions, values): what the receivers will
+        reconstruct, flat positions of the whole tensor."""
+        start = time.perf_counter()
+        bounds = [int(b) for b in bounds]
+        picked = self._pick(name, dense)
+        pieces, positions, values = [], [], []
+        if picked is not None:
+            chosen, indices, _, compensated = picked
+            order = np.argsort(indices, kind="stable")
+            chosen, indices = chosen[order], indices[order]
+            cuts = np.searchsorted(indices, bounds)
+        for j, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if picked is None:
+                frame, encoded = self.frame(None, None, (hi - lo,), dense.dtype, name)
+            else:
+                part = slice(cuts[j], cuts[j + 1])
+                frame, encoded = self.frame(chosen[part], indices[part] - lo, (hi - lo,),
+                                            dense.dtype, name, codec, fallback, compensated[lo:hi])
+            pieces.append(frame)
+            if encoded is not None:
+                positions.append(encoded.positions + lo)
+                values.append(np.asarray(encoded.values, np.float32))
+        positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+        values = np.concatenate(values) if values else np.zeros(0, np.float32)
+        self._feed_back(name, picked, (positions, values))
+        self.stats.bytes_sent += sum(len(p) for j, p in enumerate(pieces) if j != own)
+        self._frame_bytes[name] = sum(map(len, pieces))
+        self._count_sparse(name, dense.shape, time.perf_counter() - start, picked is None)
+        return pieces, positions, values
 
     def decompress(self, gathered: Buffer, shape: Sequence[int], dtype_name: str, ranks: int,
                    name: Optional[str] = None, out: Optional[np.ndarray] = None,
@@ -319,11 +380,16 @@ class Pipeline:
             for values, indices in decode_all([frame.payload for frame in received], shape,
                                               dtype_name):
                 scatter_add(total, indices, values, scale)
-            self.density.observe(name, total)
-        elapsed = time.perf_counter() - start
-        self._last_decode[name] = elapsed
-        self.stats.decode_s += elapsed
+        self.decoded(name, total, time.perf_counter() - start)
         return total.reshape(shape), received
+
+    def decoded(self, name, total, seconds):
+        """Tensor `name`'s delivered `total` took `seconds` to decode (sent in the next
+        frames); a finite total is what the critical-phase detector watches."""
+        if np.isfinite(total[:1]).all():
+            self.density.observe(name, total)
+        self._last_decode[name] = seconds
+        self.stats.decode_s += seconds
 
     def compress_dense(self, name: Optional[str], dense: np.ndarray, half: bool = False) -> np.ndarray:
         """A tensor for Horovod's own allreduce (the time-aware choice): the compensated

@@ -36,26 +36,31 @@ def write(fingerprint, kind, payload, encode_s=0.0, decode_s=0.0):
     return _HEAD.pack(MAGIC, fingerprint, len(payload), kind, us(encode_s), us(decode_s)) + payload
 
 
+def read_one(view, at, rank, fingerprint, describe):
+    """(rank's frame starting at byte `at` of `view`, the offset after it), checked against
+    the fingerprint (`describe` says what was expected, for the error message)."""
+    if len(view) - at < HEADER or bytes(view[at:at + 4]) != MAGIC:
+        raise DeepReduceError(f"rank {rank} sent no DeepReduce frame (a rank without "
+                              "DeepReduce compression, or a corrupted buffer)")
+    _, got, length, kind, enc, dec = _HEAD.unpack_from(view, at)
+    if got != fingerprint:
+        raise DeepReduceError(
+            f"rank {rank} sent a tensor with another shape, dtype or DeepReduce config "
+            f"(fingerprint {got:08x}, expected {fingerprint:08x} for {describe}); every rank "
+            "must use the same compression and model")
+    payload = view[at + HEADER:at + HEADER + length]
+    if len(payload) != length or kind not in (PAYLOAD, NONFINITE, ERROR):
+        raise DeepReduceError(f"rank {rank}'s frame is truncated or malformed")
+    return Frame(rank, kind, payload, enc / 1e6, dec / 1e6), at + HEADER + length
+
+
 def read_all(gathered, ranks, fingerprint, describe):
-    """The frames of every rank in an allgather's output, checked against the fingerprint
-    (`describe` says what was expected, for the error message)."""
+    """The frames of every rank in an allgather's output, checked against the fingerprint."""
     view = byte_view(gathered)
     at, frames = 0, []
     for rank in range(ranks):
-        if len(view) - at < HEADER or bytes(view[at:at + 4]) != MAGIC:
-            raise DeepReduceError(f"rank {rank} sent no DeepReduce frame (a rank without "
-                                  "DeepReduce compression, or a corrupted buffer)")
-        _, got, length, kind, enc, dec = _HEAD.unpack_from(view, at)
-        if got != fingerprint:
-            raise DeepReduceError(
-                f"rank {rank} sent a tensor with another shape, dtype or DeepReduce config "
-                f"(fingerprint {got:08x}, expected {fingerprint:08x} for {describe}); every rank "
-                "must use the same compression and model")
-        payload = view[at + HEADER:at + HEADER + length]
-        if len(payload) != length or kind not in (PAYLOAD, NONFINITE, ERROR):
-            raise DeepReduceError(f"rank {rank}'s frame is truncated or malformed")
-        frames.append(Frame(rank, kind, payload, enc / 1e6, dec / 1e6))
-        at += HEADER + length
+        frame, at = read_one(view, at, rank, fingerprint, describe)
+        frames.append(frame)
     if at != len(view):
         raise DeepReduceError(f"{len(view) - at} bytes left after {ranks} ranks' frames")
     return frames

@@ -9,82 +9,11 @@ import numpy as np
 
 import deepreduce_hvd as dr
 import harness
+from shims import shim_for
 
 FRAMEWORK = os.environ.get("DEEPREDUCE_FRAMEWORK", "torch")
 STATIC = os.environ.get("DEEPREDUCE_STATIC_SETS") == "1"
-
-
-class Torch:
-    def __init__(self):
-        import horovod.torch as hvd
-        import torch
-        from deepreduce_hvd.torch import DeepReduce, named
-        self.hvd, self.torch, self.DeepReduce, self.named = hvd, torch, DeepReduce, named
-        hvd.init(process_sets=None if STATIC else "dynamic")
-
-    def allreduce(self, array, name, compression, op_sum=False):
-        hvd = self.hvd
-        tensor = self.named(self.torch.from_numpy(array.copy()), name)
-        return hvd.allreduce(tensor, name=name, op=hvd.Sum if op_sum else hvd.Average,
-                             compression=compression or hvd.Compression.none).numpy()
-
-    def train(self, compression, steps=8):
-        """A small MLP trained with momentum SGD; -> its parameters, flat."""
-        hvd, torch = self.hvd, self.torch
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-        compression.name_parameters(model.named_parameters())
-        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                             named_parameters=model.named_parameters(),
-                                             compression=compression)
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        generator = torch.Generator().manual_seed(100 + hvd.rank())
-        for _ in range(steps):
-            x = torch.randn(16, 32, generator=generator)
-            y = torch.randint(0, 10, (16,), generator=generator)
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            optimizer.step()
-        return torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
-
-
-class TensorFlow:
-    def __init__(self):
-        import horovod.tensorflow as hvd
-        import tensorflow as tf
-        from deepreduce_hvd.tensorflow import DeepReduce
-        self.hvd, self.tf, self.DeepReduce = hvd, tf, DeepReduce
-        hvd.init(process_sets=None if STATIC else "dynamic")
-
-    def allreduce(self, array, name, compression, op_sum=False):
-        hvd = self.hvd
-        return hvd.allreduce(self.tf.constant(array), name=name, op=hvd.Sum if op_sum else hvd.Average,
-                             compression=compression or hvd.Compression.none).numpy()
-
-    def train(self, compression, steps=8):
-        """The same MLP with DistributedGradientTape in a tf.function; -> its parameters, flat."""
-        hvd, tf = self.hvd, self.tf
-        init = np.random.default_rng(0)
-        weights = [tf.Variable(init.standard_normal(shape).astype(np.float32) * 0.1)
-                   for shape in ((32, 64), (64,), (64, 10), (10,))]
-        optimizer = tf.optimizers.SGD(0.1, momentum=0.9)
-        data = np.random.default_rng(100 + hvd.rank())
-
-        @tf.function
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                hidden = tf.nn.relu(x @ weights[0] + weights[1])
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    y, hidden @ weights[2] + weights[3]))
-            tape = hvd.DistributedGradientTape(tape, compression=compression)
-            optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
-
-        for _ in range(steps):
-            step(data.standard_normal((16, 32)).astype(np.float32), data.integers(0, 10, 16))
-        return np.concatenate([w.numpy().ravel() for w in weights])
-
-
-shim = Torch() if FRAMEWORK == "torch" else TensorFlow()
+shim = shim_for(FRAMEWORK, dynamic=not STATIC)
 hvd = shim.hvd
 harness.bind(hvd)
 rank, size = hvd.rank(), hvd.size()

@@ -1,0 +1,208 @@
+"""The sparse allreduce route (the shape of Ok-Topk: Li and Hoefler, PPoPP 2022): bytes and
+decoding per rank stay O(k) as ranks grow, where an allgather's grow with P.
+
+The flattened index space is split into P ranges, one owned by each rank of the set and
+balanced on where the selected elements fell. Each rank encodes its selection's part in each
+range as a payload of its own (the index and value codecs apply to every piece) and one
+alltoall takes every piece to its range's owner. An owner decodes and sums the P pieces of
+its range, selects again (the ceil(k/P) largest of the sum), encodes the survivors, and
+every rank allgathers the owners' payloads: about k values in all, whatever P.
+
+Error feedback stays exact: a sender adds back into its residual every value it sent that
+did not survive, and an owner the difference between the sum and what its payload delivers
+(lossy value codecs). So on every rank's books sent + residual = gradients, and over the set
+the delivered total plus every residual equals the sum of the gradients.
+
+Each owner's payload is preceded by how many elements it received, and how many bytes it
+sent in the alltoall and how long it took to encode them: from the first every rank re-splits
+the ranges identically (`Ranges.rebalance`), the others are the planner's costs of the route.
+"""
+from __future__ import annotations
+
+import math
+import struct
+import time
+
+import numpy as np
+
+from ..compression.pipeline import Pipeline, decode_all
+from ..compression.sparsify import topk_positions
+from ..engine.scatter import scatter_add
+from ..errors import DeepReduceError
+from ..wire import frames
+from ..wire.payload import byte_view
+from .planner import Measured
+
+HEAD = struct.Struct("<QQI")  # before an owner's frame: elements it received, bytes it sent
+_MAX_US = 2**32 - 1            # in the alltoall, microseconds it took to encode its pieces
+REBALANCE = 1.25  # re-split the ranges when the busiest carries this much more than the mean
+
+
+def even_bounds(size: int, ranks: int) -> np.ndarray:
+    """P+1 boundaries splitting range(size) into P nearly equal ranges."""
+    return np.array([size * j // ranks for j in range(ranks + 1)], dtype=np.int64)
+
+
+class Ranges:
+    """Each tensor's split of its index space into the ranks' ranges. Every rank computes the
+    same split from the same loads (the owners report them in their payloads)."""
+
+    def __init__(self) -> None:
+        self._bounds = {}
+
+    def bounds(self, key: str, size: int, ranks: int) -> np.ndarray:
+        bounds = self._bounds.get(key)
+        if bounds is None or len(bounds) != ranks + 1 or bounds[-1] != size:
+            bounds = self._bounds[key] = even_bounds(size, ranks)
+        return bounds
+
+    def rebalance(self, key: str, bounds: np.ndarray, loads: np.ndarray) -> None:
+        """Re-split where the loads (elements each range's owner received) are uneven: the new
+        boundaries cut the load, spread evenly within each old range, into P equal parts;
+        every range keeps at least one element."""
+        loads = np.asarray(loads, dtype=np.float64)
+        total, ranks, size = loads.sum(), len(loads), int(bounds[-1])
+        if total <= 0 or loads.max() <= REBALANCE * total / ranks or size < ranks:
+            return
+        cumulative = np.concatenate([[0.0], np.cumsum(loads)])
+        cuts = np.interp(total * np.arange(1, ranks) / ranks, cumulative, bounds.astype(np.float64))
+        inner = np.round(cuts).astype(np.int64)
+        for j in range(ranks - 1):  # every range keeps at least one element
+            inner[j] = min(max(inner[j], (inner[j - 1] if j else 0) + 1), size - (ranks - 1 - j))
+        self._bounds[key] = np.concatenate([[0], inner, [size]]).astype(np.int64)
+
+    def state_dict(self) -> dict:
+        return {key: [int(b) for b in bounds] for key, bounds in self._bounds.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._bounds = {key: np.array(bounds, dtype=np.int64) for key, bounds in state.items()}
+
+
+class Exchange:
+    """One tensor's sparse allreduce between compress and decompress, on one rank: `scatter`
+    (the sender), `reduce` (the owner), `gather` (everyone), each when the step runs."""
+
+    def __init__(self, pipeline: Pipeline, name, dtype_name: str) -> None:
+        self.pipeline, self.name, self.dtype_name = pipeline, name, dtype_name
+        self.bounds = self.own = self.keep = self.codecs = None
+        self.sent = self.splits = None  # (positions, values) this rank's pieces deliver
+        self.range_sum = self.survivors = None  # the owner's sum, and what its payload delivers
+        self.sent_bytes, self.encode_s, self.decode_s = 0, 0.0, 0.0
+        self.ranks = 0
+
+    def _range(self, j):
+        lo, hi = int(self.bounds[j]), int(self.bounds[j + 1])
+        return lo, hi, self.pipeline.fingerprint((hi - lo,), self.dtype_name)
+
+    def scatter(self, dense, bounds, own, codec, fallback) -> np.ndarray:
+        """This rank's pieces for the ranges `bounds` (its own: range `own`), concatenated
+        in rank order (their sizes in `self.splits`)."""
+        start = time.perf_counter()
+        self.bounds, self.own, self.ranks, self.codecs = bounds, own, len(bounds) - 1, (codec, fallback)
+        self.keep = keep_count(self.pipeline.selection_count(dense.size, self.name), self.ranks)
+        pieces, positions, values = self.pipeline.compress_pieces(
+            self.name, dense, bounds, own, codec, fallback)
+        self.sent = positions, values
+        self.splits = np.array([len(p) for p in pieces], dtype=np.int32)
+        self.sent_bytes = int(self.splits.sum() - self.splits[own])
+        self.encode_s = time.perf_counter() - start
+        return np.frombuffer(b"".join(pieces), np.uint8)
+
+    def reduce(self, received) -> np.ndarray:
+        """The owner's side: every rank's piece of this rank's range decoded and summed in rank
+        order, the `keep` largest of the sum encoded; -> HEAD + frame for the allgather."""
+        start = time.perf_counter()
+        stats = self.pipeline.stats
+        lo, hi, fingerprint = self._range(self.own)
+        pieces = frames.read_all(received, self.ranks, fingerprint, f"range {lo}:{hi}")
+        stats.bytes_received += sum(frames.HEADER + len(p.payload) for p in pieces) - \
+            int(self.splits[self.own])
+        errors = [p for p in pieces if p.kind == frames.ERROR]
+        self.range_sum = total = np.zeros(hi - lo, dtype=np.float32)
+        load, self.survivors = 0, None
+        if errors:
+            message = f"rank {errors[0].rank} could not encode this tensor: " + \
+                bytes(errors[0].payload).decode(errors="replace")
+            frame = frames.write(fingerprint, frames.ERROR, message.encode())
+        elif any(p.kind == frames.NONFINITE for p in pieces):
+            frame, _ = self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)
+        else:
+            for values, positions in decode_all([p.payload for p in pieces], (hi - lo,),
+                                                self.dtype_name):
+                scatter_add(total, positions, values)
+                load += positions.size
+            count = min(self.keep, int(np.count_nonzero(total)))
+            keep = np.sort(topk_positions(total, count)) if count else np.zeros(0, np.int64)
+            frame, encoded = self.pipeline.frame(total[keep], keep, (hi - lo,), self.dtype_name,
+                                                 self.name, *self.codecs, total)
+            if encoded is not None:
+                self.survivors = encoded
+        stats.bytes_sent += HEAD.size + len(frame)
+        self.decode_s = time.perf_counter() - start
+        encode_us = min(_MAX_US, int(round(self.encode_s * 1e6)))
+        return np.frombuffer(HEAD.pack(load, self.sent_bytes, encode_us) + frame, np.uint8)
+
+    def gather(self, gathered, ranges: Ranges, key: str):
+        """Every owner's survivors decoded into the dense float32 total (the same bits on every
+        rank), the residuals settled, the ranges rebalanced. -> (total, what the step cost:
+        planner.Measured)."""
+        start = time.perf_counter()
+        size = int(self.bounds[-1])
+        view, at, heads = byte_view(gathered), 0, []
+        for j in range(self.ranks):
+            if len(view) - at < HEAD.size:
+                raise DeepReduceError(f"rank {j}'s reduced range is truncated")
+            load, sent, encode_us = HEAD.unpack_from(view, at)
+            lo, hi, fingerprint = self._range(j)
+            frame, at = frames.read_one(view, at + HEAD.size, j, fingerprint, f"range {lo}:{hi}")
+            heads.append((min(load, size * self.ranks), sent, encode_us / 1e6, frame))
+        if at != len(view):
+            raise DeepReduceError(f"{len(view) - at} bytes left after {self.ranks} reduced ranges")
+        self.pipeline.stats.bytes_received += at - (HEAD.size + frames.HEADER +
+                                                    len(heads[self.own][-1].payload))
+        for *_, frame in heads:
+            if frame.kind == frames.ERROR:
+                raise DeepReduceError(bytes(frame.payload).decode(errors="replace"))
+        total = np.zeros(size, dtype=np.float32)
+        if any(frame.kind == frames.NONFINITE for *_, frame in heads):
+            total[:] = np.nan
+        else:
+            delivered = []
+            shapes = [(int(hi - lo),) for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
+            for j, (values, positions) in enumerate(decode_all(
+                    [frame.payload for *_, frame in heads], shapes, self.dtype_name)):
+                lo = int(self.bounds[j])
+                scatter_add(total[lo:int(self.bounds[j + 1])], positions, values)
+                delivered.append(positions + lo)
+            self._settle(np.concatenate(delivered))
+            ranges.rebalance(key, self.bounds, [head[0] for head in heads])
+        self.decode_s += time.perf_counter() - start
+        self.pipeline.decoded(self.name, total, self.decode_s)
+        return total, Measured(max(head[2] for head in heads),
+                               float(np.mean([head[1] for head in heads])),
+                               max(head[-1].decode_s for head in heads))
+
+    def _settle(self, delivered_positions):
+        """Error feedback of what the owners dropped: each sender takes back its values that
+        did not survive, each owner the difference between its range's sum and what its
+        payload delivers there."""
+        memory = self.pipeline.memory
+        if memory is None or self.name is None:
+            return
+        residual = memory.residual(self.name)
+        if residual is None:
+            return
+        flat = residual.reshape(-1)
+        positions, values = self.sent
+        dropped = ~np.isin(positions, delivered_positions, assume_unique=True)
+        scatter_add(flat, positions[dropped], values[dropped])
+        if self.survivors is not None:
+            lo = int(self.bounds[self.own])
+            kept = self.survivors.positions
+            scatter_add(flat[lo:int(self.bounds[self.own + 1])], kept,
+                        self.range_sum[kept] - np.asarray(self.survivors.values, np.float32))
+
+
+def keep_count(selected: int, ranks: int) -> int:
+    """How many of its range's sum each owner keeps: k/P, rounded up."""
+    return max(1, math.ceil(selected / ranks))

@@ -1,0 +1,119 @@
+"""The sparse allreduce route: its three steps simulated for P ranks in one process (numpy
+only), then on 4 real Horovod ranks in PyTorch and TensorFlow (tests/workers/sparse_allreduce.py)."""
+import numpy as np
+import pytest
+
+import deepreduce_hvd as dr
+from deepreduce_hvd.codecs.sparse_codec import SparseCodec
+from deepreduce_hvd.comm.sparse_allreduce import HEAD, Exchange, Ranges, even_bounds
+from horovod_run import discover, explain, run_checks
+
+SIZE = 20000
+
+
+def step(pipelines, ranges, grads, codec, name="w"):
+    """One sparse allreduce of each rank's gradient, the alltoall and the allgather done by
+    slicing and concatenating bytes. -> (each rank's total, each owner's reduced message)."""
+    ranks = len(pipelines)
+    bounds = ranges[0].bounds(name, grads[0].size, ranks)
+    exchanges = [Exchange(p, name, "float32") for p in pipelines]
+    sent = [e.scatter(g, bounds.copy(), r, codec, None) for r, (e, g) in enumerate(zip(exchanges, grads))]
+    offsets = [np.concatenate([[0], np.cumsum(e.splits)]) for e in exchanges]
+    reduced = [exchanges[owner].reduce(np.concatenate(
+        [sent[r][offsets[r][owner]:offsets[r][owner + 1]] for r in range(ranks)]))
+        for owner in range(ranks)]
+    gathered = np.concatenate(reduced)
+    return [e.gather(gathered, ranges[r], name)[0] for r, e in enumerate(exchanges)], reduced
+
+
+def skewed(rng, ranks):
+    scale = np.where(np.arange(SIZE) < SIZE // 10, 10.0, 1.0)
+    return [(rng.standard_normal(SIZE) * scale).astype(np.float32) for _ in range(ranks)]
+
+
+@pytest.mark.parametrize("index,value", [("golomb", "fp16"), ("bloom", "qsgd"), ("entropy", "raw")])
+def test_what_every_residual_holds_plus_the_totals_is_the_sum_of_the_gradients(index, value):
+    """4 ranks, 25 steps, lossy codecs included: sent totals + all residuals = all gradients;
+    every rank decodes the same total, of about k values a step (not P*k)."""
+    ranks, rng = 4, np.random.default_rng(0)
+    pipelines = [dr.Pipeline(ratio=0.01, index=index, value=value) for _ in range(ranks)]
+    ranges = [Ranges() for _ in range(ranks)]
+    codec = SparseCodec(index=index, value=value)
+    gradient_sum, delivered = np.zeros(SIZE), np.zeros(SIZE)
+    for _ in range(25):
+        grads = skewed(rng, ranks)
+        totals, _ = step(pipelines, ranges, grads, codec)
+        assert all(np.array_equal(totals[0], t) for t in totals[1:])
+        assert np.count_nonzero(totals[0]) <= 2 * SIZE // 100 + ranks  # about k (P*k gathered)
+        gradient_sum += sum(grads)
+        delivered += totals[0]
+    residuals = sum(p.memory.residual("w").astype(np.float64) for p in pipelines)
+    np.testing.assert_allclose(delivered + residuals, gradient_sum, atol=1e-3)
+    assert np.abs(residuals).sum() > 0
+
+
+def test_ranges_follow_the_selected_elements():
+    """Selections crowded into the first tenth: the owners' loads even out as the ranges move
+    (every rank computing the same boundaries), each range keeping at least one element."""
+    ranks, rng = 4, np.random.default_rng(1)
+    pipelines = [dr.Pipeline(ratio=0.01, index="golomb", value="fp16") for _ in range(ranks)]
+    ranges = [Ranges() for _ in range(ranks)]
+    codec = SparseCodec(index="golomb", value="fp16")
+    first_loads = None
+    for _ in range(6):
+        _, reduced = step(pipelines, ranges, skewed(rng, ranks), codec)
+        loads = [HEAD.unpack_from(message)[0] for message in reduced]
+        first_loads = first_loads or loads
+    bounds = ranges[0].bounds("w", SIZE, ranks)
+    assert all(np.array_equal(bounds, r.bounds("w", SIZE, ranks)) for r in ranges[1:])
+    assert bounds[1] < SIZE // 10 and (np.diff(bounds) >= 1).all()
+    assert max(first_loads) > 3 * np.mean(first_loads) and max(loads) < 1.6 * np.mean(loads), \
+        (first_loads, loads)
+
+
+def test_rebalance_keeps_even_loads_and_every_range_nonempty():
+    ranges = Ranges()
+    bounds = ranges.bounds("t", 10, 4)
+    np.testing.assert_array_equal(bounds, even_bounds(10, 4))
+    ranges.rebalance("t", bounds, [10, 11, 10, 12])  # within REBALANCE: kept
+    np.testing.assert_array_equal(ranges.bounds("t", 10, 4), bounds)
+    ranges.rebalance("t", bounds, [1000, 0, 0, 0])   # all in the first range
+    moved = ranges.bounds("t", 10, 4)
+    assert moved[0] == 0 and moved[-1] == 10 and (np.diff(moved) >= 1).all(), moved
+    restored = Ranges()
+    restored.load_state_dict(ranges.state_dict())
+    np.testing.assert_array_equal(restored.bounds("t", 10, 4), moved)
+    assert len(restored.bounds("t", 10, 8)) == 9  # another world size: even again
+
+
+def test_hostile_reduced_messages_are_refused():
+    ranks = 2
+    pipelines = [dr.Pipeline(ratio=0.01, index="golomb", value="fp16") for _ in range(ranks)]
+    ranges = [Ranges() for _ in range(ranks)]
+    _, reduced = step(pipelines, ranges, skewed(np.random.default_rng(2), ranks),
+                      SparseCodec(index="golomb", value="fp16"))
+    gathered = np.concatenate(reduced)
+    assert len(set(np.diff(ranges[0].bounds("w", SIZE, ranks)))) == 2  # swapped ranges mismatch
+    exchange = Exchange(pipelines[0], "w", "float32")
+    exchange.scatter(np.ones(SIZE, np.float32), ranges[0].bounds("w", SIZE, ranks), 0,
+                     SparseCodec(index="golomb", value="fp16"), None)
+    for bad in (gathered[:-1], gathered[:HEAD.size - 1], np.concatenate([gathered, gathered[:3]]),
+                np.concatenate([reduced[1], reduced[0]])):
+        with pytest.raises(dr.DeepReduceError):
+            exchange.gather(bad, ranges[0], "w")
+
+
+CHECKS = discover("sparse_allreduce.py")
+
+
+@pytest.fixture(scope="module", params=["torch", "tf"])
+def outcome(request):
+    return run_checks("sparse_allreduce.py", CHECKS, np_=4, env={"DEEPREDUCE_FRAMEWORK": request.param})
+
+
+@pytest.mark.horovod
+@pytest.mark.torch
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("check", CHECKS)
+def test_at_four_ranks(outcome, check):
+    assert outcome[check].passed == 4, explain(outcome, check, 4)
