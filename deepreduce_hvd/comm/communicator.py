@@ -224,13 +224,14 @@ class Communicator:
     def decompress(self, reduced: Any, flight: Optional[Flight]) -> Any:
         if flight is None:
             return reduced
-        if flight.plan.kind in (HIERARCHICAL, SPARSE_ALLREDUCE):
+        if flight.plan.kind == HIERARCHICAL:
             if flight.total is None:
-                if flight.plan.kind == HIERARCHICAL:
-                    self._exchange_across_hosts(flight.state.hierarchy)
-                else:
-                    self._reduce_and_gather()
+                self._exchange_across_hosts(flight.state.hierarchy)
             out = self.adapter.finish(self.adapter.scaled(flight.total, reduced), flight.tensor)
+        elif flight.plan.kind == SPARSE_ALLREDUCE:
+            if any(f is flight for f in self._reducing):
+                self._reduce_all()
+            out = self._gather(reduced, flight)
         else:
             out = self._receive(reduced, flight)
         return self._for_optimizer(out, flight)
@@ -287,22 +288,29 @@ class Communicator:
         self._reducing.append(flight)
         return adapter.inverse_size(process_set), flight
 
-    def _reduce_and_gather(self):
-        """Every sparse allreduce in flight, stage by stage (every collective of a stage
-        started before any is waited for): the owners reduce the pieces they received, the
-        owners' survivors are allgathered, every rank decodes them."""
+    def _reduce_all(self):
+        """Every sparse allreduce in flight: the owners reduce the pieces they received and
+        start the allgathers of their survivors (all started before decompress waits for any)."""
         adapter, batch, self._reducing = self.adapter, self._reducing, []
         for f in batch:
             received = adapter.wait(f.handle)[0]
             reduced = adapter.host_call(f.exchange.reduce, [received], "uint8")
             f.handle = adapter.allgather(
                 reduced, f"DeepReduce.reduced.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
-        for f in batch:
-            def gather(buffer, f=f):
-                total, measured = f.exchange.gather(buffer, f.state.ranges, f.key)
-                f.state.policy.planner.observe(f.key, f.plans["current"], measured)
-                return total
-            f.total = adapter.host_call(gather, [adapter.wait(f.handle)], "float32")
+
+    def _gather(self, reduced, flight):
+        """Every owner's survivors decoded, scaled by the reduced placeholder, into the
+        gradient's own buffer where it may be (as for the allgather)."""
+        adapter, exchange = self.adapter, flight.exchange
+
+        def gather(buffer, scale, out=None):
+            total, measured = exchange.gather(buffer, flight.state.ranges, flight.key, out=out,
+                                              scale=float(np.ravel(scale)[0]))
+            flight.state.policy.planner.observe(flight.key, flight.plans["current"], measured)
+            return total
+        total = adapter.host_call(gather, [adapter.wait(flight.handle), reduced], "float32",
+                                  out=adapter.output_buffer(flight.tensor, flight.in_place))
+        return adapter.finish(total, flight.tensor)
 
     # ---- the hierarchical mode ----
     def _start_across_hosts(self, flight):

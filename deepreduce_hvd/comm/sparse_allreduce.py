@@ -26,7 +26,6 @@ import time
 import numpy as np
 
 from ..compression.pipeline import Pipeline, decode_all
-from ..compression.sparsify import topk_positions
 from ..engine.scatter import scatter_add
 from ..errors import DeepReduceError
 from ..wire import frames
@@ -126,13 +125,18 @@ class Exchange:
             frame = frames.write(fingerprint, frames.ERROR, message.encode())
         elif any(p.kind == frames.NONFINITE for p in pieces):
             frame, _ = self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)
-        else:
+        else:  # summed in rank order; selected among the union of the positions (about k)
+            touched = np.zeros(hi - lo, dtype=bool)
             for values, positions in decode_all([p.payload for p in pieces], (hi - lo,),
                                                 self.dtype_name):
                 scatter_add(total, positions, values)
+                touched[positions] = True
                 load += positions.size
-            count = min(self.keep, int(np.count_nonzero(total)))
-            keep = np.sort(topk_positions(total, count)) if count else np.zeros(0, np.int64)
+            union = np.flatnonzero(touched)
+            union = union[total[union] != 0]
+            if union.size > self.keep:  # the keep largest magnitudes of the sum
+                union = np.sort(union[np.argpartition(-np.abs(total[union]), self.keep - 1)[:self.keep]])
+            keep = union
             frame, encoded = self.pipeline.frame(total[keep], keep, (hi - lo,), self.dtype_name,
                                                  self.name, *self.codecs, total)
             if encoded is not None:
@@ -142,10 +146,10 @@ class Exchange:
         encode_us = min(_MAX_US, int(round(self.encode_s * 1e6)))
         return np.frombuffer(HEAD.pack(load, self.sent_bytes, encode_us) + frame, np.uint8)
 
-    def gather(self, gathered, ranges: Ranges, key: str):
-        """Every owner's survivors decoded into the dense float32 total (the same bits on every
-        rank), the residuals settled, the ranges rebalanced. -> (total, what the step cost:
-        planner.Measured)."""
+    def gather(self, gathered, ranges: Ranges, key: str, out=None, scale: float = 1.0):
+        """Every owner's survivors decoded into scale times the dense float32 total (the same
+        bits on every rank; into `out` if given), the residuals settled, the ranges
+        rebalanced. -> (total, what the step cost: planner.Measured)."""
         start = time.perf_counter()
         size = int(self.bounds[-1])
         view, at, heads = byte_view(gathered), 0, []
@@ -163,7 +167,11 @@ class Exchange:
         for *_, frame in heads:
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(bytes(frame.payload).decode(errors="replace"))
-        total = np.zeros(size, dtype=np.float32)
+        if out is None:
+            total = np.zeros(size, dtype=np.float32)
+        else:
+            total = out.reshape(-1)
+            total.fill(0.0)
         if any(frame.kind == frames.NONFINITE for *_, frame in heads):
             total[:] = np.nan
         else:
@@ -172,7 +180,7 @@ class Exchange:
             for j, (values, positions) in enumerate(decode_all(
                     [frame.payload for *_, frame in heads], shapes, self.dtype_name)):
                 lo = int(self.bounds[j])
-                scatter_add(total[lo:int(self.bounds[j + 1])], positions, values)
+                scatter_add(total[lo:int(self.bounds[j + 1])], positions, values, scale)
                 delivered.append(positions + lo)
             self._settle(np.concatenate(delivered))
             ranges.rebalance(key, self.bounds, [head[0] for head in heads])
@@ -194,13 +202,22 @@ class Exchange:
             return
         flat = residual.reshape(-1)
         positions, values = self.sent
-        dropped = ~np.isin(positions, delivered_positions, assume_unique=True)
+        dropped = ~member(positions, delivered_positions)
         scatter_add(flat, positions[dropped], values[dropped])
         if self.survivors is not None:
             lo = int(self.bounds[self.own])
             kept = self.survivors.positions
             scatter_add(flat[lo:int(self.bounds[self.own + 1])], kept,
                         self.range_sum[kept] - np.asarray(self.survivors.values, np.float32))
+
+
+def member(positions: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Which of the unique `positions` are in `among` (unique; a binary search in it, sorted
+    first unless it already is, as decoded gap-coded positions are)."""
+    if among.size > 1 and not (among[1:] > among[:-1]).all():
+        among = np.sort(among)
+    at = np.minimum(np.searchsorted(among, positions), max(among.size - 1, 0))
+    return among[at] == positions if among.size else np.zeros(positions.size, dtype=bool)
 
 
 def keep_count(selected: int, ranks: int) -> int:
