@@ -23,6 +23,7 @@ import numpy as np
 
 from deepreduce_hvd.codecs import bloom_filter
 from deepreduce_hvd.codecs.sparse_codec import SparseCodec, decode
+from deepreduce_hvd.comm.sparse_allreduce import Exchange, Ranges
 from deepreduce_hvd.compression.pipeline import Pipeline
 from deepreduce_hvd.compression.sparsify import topk
 from deepreduce_hvd.engine import native
@@ -235,10 +236,41 @@ SCALING_PIPELINES = [("golomb", "fp16"), ("entropy", "entropy")]
 LINK_RATES = {"1 Gbit/s": 1e9, "10 Gbit/s": 1e10, "100 Gbit/s": 1e11}
 
 
+def sparse_allreduce_decode(pipeline_args, sources, ranks, repeats):
+    """Seconds one rank spends decoding in a sparse allreduce of P ranks' gradients (the
+    owner's reduction of its range, then the survivors into the total; the slowest rank,
+    best of `repeats` steps), the alltoall and allgather done by slicing bytes in-process."""
+    pipelines = [Pipeline(**pipeline_args) for _ in range(ranks)]
+    ranges = [Ranges() for _ in range(ranks)]
+    codec = pipelines[0].codec
+    out = np.zeros(sources[0].size, np.float32)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first step rebalances the ranges
+        bounds = ranges[0].bounds("g", out.size, ranks)
+        exchanges = [Exchange(p, "g", "float32") for p in pipelines]
+        sent = [e.scatter(sources[r % len(sources)] * (1 + 0.01 * r), bounds.copy(), r, codec, None)
+                for r, e in enumerate(exchanges)]
+        offsets = [np.concatenate([[0], np.cumsum(e.splits)]) for e in exchanges]
+        seconds, reduced = [], []
+        for owner, e in enumerate(exchanges):
+            start = time.perf_counter()
+            reduced.append(e.reduce(np.concatenate([sent[r][offsets[r][owner]:offsets[r][owner + 1]]
+                                                    for r in range(ranks)])))
+            seconds.append(time.perf_counter() - start)
+        gathered = np.concatenate(reduced)
+        for r, e in enumerate(exchanges):
+            start = time.perf_counter()
+            e.gather(gathered, ranges[r], "g", out=out)
+            seconds[r] += time.perf_counter() - start
+        best = min(best, max(seconds))
+    return best
+
+
 def bench_scaling(gradients, density, repeats=3):
     """Per-rank cost of receiving and decoding P payloads (real gradients: every captured
-    step and layer of the model of the largest tensor, at its size) for P = 2..64, and the
-    model of where the allgather of payloads stops beating a ring allreduce of fp32 / fp16."""
+    step and layer of the model of the largest tensor, at its size) for P = 2..64, by
+    allgather and by the sparse allreduce, and the model of where each stops beating a ring
+    allreduce of fp32 / fp16."""
     name, grad = largest_gradient(gradients)
     family = name.rsplit("/", 1)[-1]
     sources = [g for n, g in gradients.items() if n.endswith(family) and g.shape == grad.shape]
@@ -252,35 +284,46 @@ def bench_scaling(gradients, density, repeats=3):
             gathered = b"".join(frames[:ranks])
             seconds = best_of(lambda: pipeline.decompress(gathered, grad.shape, "float32", ranks),
                               repeats)
+            sparse = sparse_allreduce_decode(dict(ratio=density, index=index, value=value),
+                                             sources, ranks, repeats)
             rows.append({"pipeline": f"{index}+{value}", "ranks": ranks, "decode_ms": 1e3 * seconds,
-                         "payload_bytes": payload_bytes})
+                         "sparse_allreduce_decode_ms": 1e3 * sparse, "payload_bytes": payload_bytes})
     model = crossover_model(rows, grad.size)
     return {"tensor": name, "elements": grad.size, "density": density, "rows": rows, "model": model}
 
 
-def crossover_model(rows, elements):
+def crossover_model(rows, elements, most_ranks=1024):
     """Predicted seconds per tensor and rank: allgather = (P-1) payloads / B + decoding P
-    payloads (measured, linear in P), ring allreduce = 2 (P-1)/P x bytes / B (fp32: 4 bytes
-    per element, fp16: 2). Per link and pipeline, the largest P at which the allgather is
-    still faster."""
+    payloads (measured, linear in P); sparse allreduce (comm/sparse_allreduce.py) = 2 (P-1)/P
+    payloads / B (pieces of 1/P of a payload to each owner, survivors of 1/P back from each)
+    + its decoding (measured: the owner's P pieces, then the P survivors; linear in P);
+    ring allreduce = 2 (P-1)/P x bytes / B (fp32: 4 bytes per element, fp16: 2). Latencies
+    are left out (the sparse allreduce pays two rounds, the others one). Per link, pipeline
+    and route, the largest P up to `most_ranks` at which the route is still faster than the
+    ring (None: never)."""
     out = {}
     for pipeline in dict.fromkeys(r["pipeline"] for r in rows):
         mine = [r for r in rows if r["pipeline"] == pipeline]
         slope, intercept = np.polyfit([r["ranks"] for r in mine],
                                       [r["decode_ms"] / 1e3 for r in mine], 1)
         payload = mine[0]["payload_bytes"]
+        sparse_slope, sparse_intercept = np.polyfit(
+            [r["ranks"] for r in mine], [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)
         for link, rate in LINK_RATES.items():
             bandwidth = rate / 8
-            for dense, width in (("fp32", 4), ("fp16", 2)):
-                limit = None
-                for ranks in range(2, 4097):
-                    gather = (ranks - 1) * payload / bandwidth + intercept + slope * ranks
-                    ring = 2 * (ranks - 1) / ranks * width * elements / bandwidth
-                    if gather >= ring:
-                        break
-                    limit = ranks
-                out[f"{pipeline} vs {dense} at {link}"] = limit
+            routes = {"": lambda p: (p - 1) * payload / bandwidth + intercept + slope * p,
+                      "sparse allreduce ": lambda p: 2 * (p - 1) / p * payload / bandwidth
+                      + sparse_intercept + sparse_slope * p}
+            for route, predict in routes.items():
+                for dense, width in (("fp32", 4), ("fp16", 2)):
+                    limit = None
+                    for ranks in range(2, most_ranks + 1):
+                        if predict(ranks) >= 2 * (ranks - 1) / ranks * width * elements / bandwidth:
+                            break
+                        limit = ranks
+                    out[f"{pipeline} {route}vs {dense} at {link}"] = limit
         out[f"{pipeline} decode ms per payload"] = 1e3 * slope
+        out[f"{pipeline} sparse allreduce decode ms per rank"] = 1e3 * sparse_slope
     return out
 
 
@@ -291,9 +334,12 @@ def plot_scaling(report, path):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for pipeline in dict.fromkeys(r["pipeline"] for r in report["rows"]):
         mine = [r for r in report["rows"] if r["pipeline"] == pipeline]
-        axes[0].plot([r["ranks"] for r in mine], [r["decode_ms"] for r in mine], marker="o",
-                     label=pipeline)
-    axes[0].set(xscale="log", xlabel="ranks P (payloads decoded per rank)",
+        line, = axes[0].plot([r["ranks"] for r in mine], [r["decode_ms"] for r in mine],
+                             marker="o", label=f"{pipeline} allgather")
+        axes[0].plot([r["ranks"] for r in mine], [r["sparse_allreduce_decode_ms"] for r in mine],
+                     marker="s", linestyle="--", color=line.get_color(),
+                     label=f"{pipeline} sparse allreduce")
+    axes[0].set(xscale="log", xlabel="ranks P",
                 ylabel="decode + sum (ms, one rank)", title=f"decoding {report['tensor']}")
     axes[0].legend()
     ranks = np.arange(2, 129)
@@ -306,8 +352,13 @@ def plot_scaling(report, path):
         slope, intercept = np.polyfit([r["ranks"] for r in mine], [r["decode_ms"] / 1e3 for r in mine], 1)
         gather = (ranks - 1) * mine[0]["payload_bytes"] / bandwidth + intercept + slope * ranks
         axes[1].plot(ranks, 1e3 * gather, color=line.get_color(), label=f"golomb+fp16 allgather, {link}")
+        slope, intercept = np.polyfit([r["ranks"] for r in mine],
+                                      [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)
+        sparse = 2 * (ranks - 1) / ranks * mine[0]["payload_bytes"] / bandwidth + intercept + slope * ranks
+        axes[1].plot(ranks, 1e3 * sparse, color=line.get_color(), linestyle=":",
+                     label=f"golomb+fp16 sparse allreduce, {link}")
     axes[1].set(xscale="log", yscale="log", xlabel="ranks P", ylabel="predicted ms per tensor",
-                title="allgather of payloads vs ring allreduce")
+                title="payloads (allgather, sparse allreduce) vs ring allreduce")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,7 +1,8 @@
 """Allgather against the sparse allreduce as ranks grow: the wide MLP on digits (top-k 1%,
-golomb+fp16, error feedback; SGD momentum 0.9) at 2, 4 and 8 ranks in a network namespace
-shaped to 1 Gbit/s, beside Horovod dense and fp16, DDP PowerSGD rank 4 and the compute-only
-step of the same job.
+golomb+fp16; SGD momentum 0.9; error feedback alone, and with what the README tells a user to
+set: momentum correction, warm-up, critical phases) at 2, 4 and 8 ranks in a network namespace shaped to 1 Gbit/s,
+beside the default DeepReduce(), Horovod dense and fp16, DDP PowerSGD rank 4 and the
+compute-only step of the same job.
 
     python scripts/bench_routes.py [--ranks 2 4 8] [--seeds 0] [--epochs 8]   (as root)
     python scripts/bench_routes.py --report      (redraw docs/routes.md from docs/routes.json)
@@ -21,11 +22,15 @@ from pathlib import Path
 from bench_e2e import DOCS, HOROVODRUN, PY, ROOT, remove_namespace, run, shaped_namespace, write_table
 
 RATE = "1gbit"
-SPARSE = ["--compression", "deepreduce", "--index", "golomb", "--value", "fp16", "--ratio", 0.01,
-          "--fixed-density"]
+CODEC = ["--compression", "deepreduce", "--index", "golomb", "--value", "fp16", "--ratio", 0.01]
+SPARSE = [*CODEC, "--fixed-density"]  # error feedback alone
+README = [*CODEC, "--momentum-correction", "--warmup-steps", 20]  # + critical phases (default)
 CONFIGS = {
     "allgather": [*SPARSE, "--collective", "allgather"],
     "sparse allreduce": [*SPARSE, "--collective", "sparse_allreduce"],
+    # with what the README tells a momentum-SGD user to set (momentum correction, warm-up)
+    "allgather, README's settings": [*README, "--collective", "allgather"],
+    "sparse allreduce, README's settings": [*README, "--collective", "sparse_allreduce"],
     "DeepReduce()": ["--compression", "deepreduce"],
     "Horovod dense fp32": ["--compression", "none"],
     "Horovod fp16": ["--compression", "fp16"],

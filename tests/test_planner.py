@@ -2,8 +2,9 @@
 import pytest
 
 import deepreduce_hvd as dr
-from deepreduce_hvd.comm.planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, Costs, LinkModel,
-                                         Measured, Plan, TimePlanner)
+from deepreduce_hvd.comm.planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16,
+                                         SPARSE_ALLREDUCE, SPARSE_ALLREDUCE_MIN_RANKS, Costs,
+                                         LinkModel, Measured, Plan, TimePlanner)
 from deepreduce_hvd.wire.frames import PAYLOAD, Frame
 
 CANDIDATES = [("golomb", "fp16")]
@@ -185,3 +186,29 @@ def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins()
                 plans.observe("w", plan, frames_of(1e-5, 200, 1e-5))
         assert labels[0] == plans.dense
         assert (labels[-1] != plans.dense) == expect_sparse, labels
+
+
+@pytest.mark.parametrize("collective,ranks,sar,gather", [
+    ("auto", 4, False, True), ("auto", 16, True, True), ("allgather", 64, False, True),
+    ("sparse_allreduce", 2, True, False)])
+def test_the_routes_each_collective_weighs(collective, ranks, sar, gather):
+    planner = TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": GBIT, "allgather": GBIT}, ranks,
+                          priors(), CANDIDATES, collective=collective)
+    kinds = set(planner.kind_of.values())
+    assert (SPARSE_ALLREDUCE in kinds, ALLGATHER in kinds) == (sar, gather)
+    if not gather:
+        assert planner.plan("w", 4_000_000, True).kind == SPARSE_ALLREDUCE
+
+
+def test_at_many_ranks_the_sparse_allreduce_is_predicted_faster_than_the_allgather():
+    """Its bytes and decoding stay near k while the allgather's grow with P: at 2 ranks the
+    allgather leads (one round, the same bytes), at SPARSE_ALLREDUCE_MIN_RANKS the sparse
+    allreduce."""
+    def predicted(collective, label, ranks):
+        planner = TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": GBIT, "allgather": GBIT},
+                              ranks, priors(), CANDIDATES, collective=collective)
+        return planner._predict(label, 4_000_000, planner.pipeline.selection_count(4_000_000), {})
+    for ranks, sar_leads in ((2, False), (SPARSE_ALLREDUCE_MIN_RANKS, True)):
+        gather = predicted("allgather", "golomb+fp16", ranks)
+        sar = predicted("sparse_allreduce", "sar:golomb+fp16", ranks)
+        assert (sar < gather) == sar_leads, (ranks, sar, gather)

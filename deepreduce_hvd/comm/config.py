@@ -41,7 +41,7 @@ class Options:
         device when it is not the host CPU (only the selected values and positions cross to
         the host); True: always as framework ops (top-k and threshold); False: never.
       collective: how sparse payloads travel. "auto" (default): the planner chooses per
-        tensor between the allgather and, from 3 ranks on, the sparse allreduce (fixed
+        tensor between the allgather and, from 16 ranks on, the sparse allreduce (fixed
         codecs: the allgather); "allgather": every rank receives and decodes every rank's
         payload (bytes and decoding grow with the ranks); "sparse_allreduce": each rank
         owns a range of the index space, sums the pieces it receives, keeps the top k/P of

@@ -41,6 +41,11 @@ ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, PASS = "allreduce", "allreduce_fp16", "all
 HIERARCHICAL, SPARSE_ALLREDUCE = "hierarchical", "sparse_allreduce"
 SPARSE_KINDS = (ALLGATHER, SPARSE_ALLREDUCE)
 COLLECTIVES = ("auto", ALLGATHER, SPARSE_ALLREDUCE)  # what DeepReduce(collective=) accepts
+# collective="auto" weighs the sparse allreduce from this many ranks on. Its two dependent
+# rounds (alltoall, then allgather) cost more waiting than its model charges: at 4 and 8 ranks
+# on this machine it stepped slower than the allgather while receiving 0.5x and 0.27x the bytes
+# (README, "Allgather or sparse allreduce"); the allgather's P payloads decide beyond.
+SPARSE_ALLREDUCE_MIN_RANKS = 16
 FALLBACK = ("golomb", "raw")  # exact for any finite values: what a failing candidate is replaced by
 CANDIDATE_INDICES = ("golomb", "entropy")  # what "auto" means in the time-aware mode
 CANDIDATE_VALUES = ("fp16", "entropy")     # (entropy at 0.8 x max_error: the fit's own slack)
@@ -206,8 +211,8 @@ class TimePlanner:
     allow_fp16: whether dense tensors may travel as fp16 (value codecs may be lossy). Every
     dense tensor of a job uses one dtype: fp16 when allowed and predicted faster on a large
     tensor, else fp32. collective: how sparse payloads travel: "allgather", "sparse_allreduce"
-    (comm/sparse_allreduce.py; its options are labelled "sar:<pair>") or "auto", both from 3
-    ranks on (at 2 the sparse allreduce moves the same bytes in two rounds).
+    (comm/sparse_allreduce.py; its options are labelled "sar:<pair>") or "auto", both from
+    SPARSE_ALLREDUCE_MIN_RANKS on.
     """
 
     def __init__(self, pipeline, links, ranks, priors, candidates, allow_fp16=True,
@@ -215,7 +220,8 @@ class TimePlanner:
                  collective=ALLGATHER):
         self.pipeline, self.links, self.ranks, self.priors = pipeline, links, ranks, priors
         kinds = {ALLGATHER: (ALLGATHER,), SPARSE_ALLREDUCE: (SPARSE_ALLREDUCE,),
-                 "auto": SPARSE_KINDS if ranks >= 3 else (ALLGATHER,)}[collective]
+                 "auto": SPARSE_KINDS if ranks >= SPARSE_ALLREDUCE_MIN_RANKS else (ALLGATHER,)
+                 }[collective]
         self.candidates, self.kind_of, self.pair_of = {}, {}, {}
         for kind in kinds:
             for i, v in candidates:

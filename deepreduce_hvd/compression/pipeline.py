@@ -138,6 +138,7 @@ class Pipeline:
         self._steps = {}
         self._last_decode = {}
         self._frame_bytes = {}  # name -> the size of the frame this rank sent last
+        self._config_json = None
 
     def get_config(self) -> dict:
         return {"sparsifier": self.sparsifier, "ratio": self.ratio, "threshold": self.threshold,
@@ -199,7 +200,11 @@ class Pipeline:
             self._steps[name] = self._steps.get(name, 0) + 1
 
     def fingerprint(self, shape, dtype_name):
-        text = json.dumps([list(shape), dtype_name, self.get_config()], sort_keys=True)
+        """crc32 of JSON [shape, dtype, config] (the config's JSON made once: the sparse
+        allreduce fingerprints a frame per range)."""
+        if self._config_json is None:
+            self._config_json = json.dumps(self.get_config(), sort_keys=True)
+        text = f"[{json.dumps([int(d) for d in shape])}, {json.dumps(dtype_name)}, {self._config_json}]"
         return zlib.crc32(text.encode())
 
     def _compensated_selection(self, name, dense):

@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 import harness
+from deepreduce_hvd.comm import planner
 from shims import shim_for
 
 FRAMEWORK = os.environ.get("DEEPREDUCE_FRAMEWORK", "torch")
@@ -67,10 +68,12 @@ def check_nonfinite_gradient_on_one_rank_gives_nan_everywhere():
     assert np.isfinite(out).all()
 
 
-def check_the_default_measures_both_routes_and_every_rank_agrees():
-    """The time-aware default at 4 ranks tries the sparse allreduce beside the allgather
-    (its options are labelled "sar:..."), and every rank receives the same bits each step.
-    (A tensor large enough that sparse options lead, so that every one of them is tried.)"""
+def check_the_planner_mixes_both_routes_and_every_rank_agrees():
+    """The time-aware default weighing both routes (as it does from SPARSE_ALLREDUCE_MIN_RANKS
+    ranks on; lowered here to 4) tries the sparse allreduce beside the allgather (options
+    labelled "sar:..."), and every rank receives the same bits each step. (A tensor large
+    enough that sparse options lead, so that every one of them is tried.)"""
+    planner.SPARSE_ALLREDUCE_MIN_RANKS = 4
     compression = shim.DeepReduce(bandwidth="1gbit")
     for grad in gradients(2, 40, size=400_000):
         harness.same_within(shim.allreduce(grad, "auto", compression), "received")
