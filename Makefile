@@ -90,8 +90,11 @@ bench-device: setup
 	PYTHONPATH=. $(PY) torch/bench_device_path.py --json docs/device_path.json
 
 # Horovod's synthetic benchmark shape: ResNet-50 on random images, 2 ranks, dense / fp16 / default
+# RATE=1gbit (as root): in a namespace shaped to that rate (torch: with DDP PowerSGD and
+# compute-only); FRAMEWORK=tf: TensorFlow's
 bench-synthetic: setup
-	$(PY) scripts/bench_e2e.py synthetic --repeats 1
+	$(PY) scripts/bench_e2e.py synthetic --repeats 1 $(if $(RATE),--rate $(RATE)) \
+		--framework $(FRAMEWORK)
 
 # as root: time to accuracy at 1 Gbit/s (wide MLP, digits CNN in torch and TF, LSTM; 3 seeds)
 bench-tta: setup

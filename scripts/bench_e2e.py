@@ -100,9 +100,9 @@ def remove_namespace():
     subprocess.run(["ip", "netns", "delete", NAMESPACE], stderr=subprocess.DEVNULL)
 
 
-def horovod(script, args, timeout, netns=False):
+def horovod(script, args, timeout, netns=False, folder="torch"):
     return run([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", PY,
-                str(ROOT / "torch" / script), *map(str, args)], timeout, netns)
+                str(ROOT / folder / script), *map(str, args)], timeout, netns)
 
 
 def network(quick, repeats):
@@ -189,26 +189,40 @@ def hosts(repeats, rate="1gbit"):
                  for r in results])
 
 
-def synthetic(repeats):
-    """torch/synthetic_benchmark.py (ResNet-50, random images, 2 ranks, unthrottled
-    loopback) with Horovod's dense fp32 and fp16 and the default DeepReduce()."""
+def synthetic(repeats, rate=None, framework="torch"):
+    """<framework>/synthetic_benchmark.py (ResNet-50, random images, 2 ranks) with Horovod's
+    dense fp32 and fp16 and the default DeepReduce(): on unthrottled loopback, or with `rate`
+    (as root) in a namespace shaped to it, beside (torch) DDP PowerSGD rank 4 and the
+    compute-only step."""
+    configs = ["dense fp32", "fp16", "DeepReduce default"]
+    if rate:
+        configs += ["DDP PowerSGD r4", "compute only"] if framework == "torch" else []
+        shaped_namespace(rate)
     rows = []
-    for config in ("dense fp32", "fp16", "DeepReduce default"):
-        runs = []
-        for _ in range(repeats):
-            with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                horovod("synthetic_benchmark.py", [*CONFIGS[config], "--json", out.name],
-                        timeout=1800)
-                runs.append(json.load(open(out.name)))
-        runs.sort(key=lambda r: r["img_per_s_total"])
-        rows.append({"config": config, **runs[len(runs) // 2],
-                     "runs": [r["img_per_s_total"] for r in runs]})
-        print(f"{config}: {rows[-1]['img_per_s_total']:.2f} img/s", flush=True)
+    try:
+        for config in configs:
+            runs = []
+            for _ in range(repeats):
+                with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                    horovod("synthetic_benchmark.py", [*CONFIGS[config], "--json", out.name],
+                            timeout=1800, netns=bool(rate), folder=framework)
+                    runs.append(json.load(open(out.name)))
+            runs.sort(key=lambda r: r["img_per_s_total"])
+            rows.append({"config": config, **runs[len(runs) // 2],
+                         "runs": [r["img_per_s_total"] for r in runs]})
+            print(f"{config}: {rows[-1]['img_per_s_total']:.2f} img/s", flush=True)
+    finally:
+        if rate:
+            remove_namespace()
     dense = rows[0]["img_per_s_total"]
-    (DOCS / "synthetic.json").write_text(json.dumps(rows, indent=1))
-    write_table("synthetic", ["configuration", "img/s (2 ranks)", "vs dense fp32", "runs", "choices"],
-                "lrrll", [[r["config"], f"{r['img_per_s_total']:.2f}", f"{r['img_per_s_total'] / dense:.0%}",
-                           ", ".join(f"{x:.2f}" for x in r["runs"]), r.get("choices", "")] for r in rows])
+    floor = rows[-1]["img_per_s_total"] if rows[-1]["config"] == "compute only" else None
+    stem = "_".join(["synthetic", *([framework] if framework != "torch" else []), *([rate] if rate else [])])
+    (DOCS / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+    write_table(stem, ["configuration", "img/s (2 ranks)", "vs dense fp32", "vs compute only",
+                       "runs", "choices"], "lrrrll",
+                [[r["config"], f"{r['img_per_s_total']:.2f}", f"{r['img_per_s_total'] / dense:.0%}",
+                  f"{r['img_per_s_total'] / floor:.0%}" if floor else "–",
+                  ", ".join(f"{x:.2f}" for x in r["runs"]), r.get("choices", "")] for r in rows])
 
 
 def ratio_rows(results):
@@ -315,6 +329,8 @@ def main():
                         help="*-report: redraw the markdown and PNG from the saved JSON")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (network)")
+    parser.add_argument("--rate", help="synthetic: shape the link to this rate (as root), e.g. 1gbit")
+    parser.add_argument("--framework", choices=["torch", "tf"], default="torch", help="synthetic")
     args = parser.parse_args()
     if args.what == "network-report":
         saved = json.loads((DOCS / "e2e.json").read_text())
@@ -327,7 +343,7 @@ def main():
     elif args.what == "hosts":
         hosts(args.repeats)
     elif args.what == "synthetic":
-        synthetic(args.repeats)
+        synthetic(args.repeats, args.rate, args.framework)
     else:
         convergence(args.quick)
 

@@ -14,12 +14,12 @@ accuracy, and whether every rank ended with identical parameters.
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 from bench_e2e import DOCS, HOROVODRUN, PY, ROOT, remove_namespace, run, shaped_namespace, write_table
+from bench_tta import spread
 
 RATE = "1gbit"
 CODEC = ["--compression", "deepreduce", "--index", "golomb", "--value", "fp16", "--ratio", 0.01]
@@ -63,14 +63,6 @@ def summary(saved):
             totals["parameters_identical"])
 
 
-def mean(values, digits):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "–"
-    text = f"{statistics.mean(values):.{digits}f}"
-    return text + (f" ({min(values):.{digits}f}–{max(values):.{digits}f})" if len(values) > 1 else "")
-
-
 def report(results):
     rows = []
     for ranks, runs in sorted(results.items(), key=lambda item: int(item[0])):
@@ -84,9 +76,9 @@ def report(results):
                 figures.append((received, decode, step_ms, step_ms / compute[seed] if seed in compute
                                 else None, 100 * best, same))
             column = list(zip(*figures))
-            rows.append([ranks, config, mean([r and r / 1e3 for r in column[0]], 1),
-                         mean(column[1], 2), mean(column[2], 1), mean(column[3], 2),
-                         mean(column[4], 1),
+            rows.append([ranks, config, spread([r and r / 1e3 for r in column[0]], 1),
+                         spread(column[1], 2), spread(column[2], 1), spread(column[3], 2),
+                         spread(column[4], 1),
                          "–" if column[5][0] is None else ("yes" if all(column[5]) else "NO"),
                          ", ".join(sorted(runs[config]))])
     write_table("routes", ["ranks", "configuration", "KB received / step", "decode ms / step",

@@ -4,6 +4,8 @@ is not a dependency) on random 224x224 images, images per second per rank.
 
     horovodrun -np 2 -H localhost:2 --gloo python torch/synthetic_benchmark.py \\
         --compression deepreduce          (the default DeepReduce(); none / fp16: Horovod's own)
+    ... --peer powersgd --powersgd-rank 4 (PyTorch DDP with the PowerSGD hook)
+    ... --peer compute                    (no communication: the time floor)
 
 The first --warmup steps are not timed; they cover the time-aware planner's calibration and
 exploration. Rank 0 prints img/s (mean and spread over --iters timed iterations).
@@ -18,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from options import compression_parser
+from peers import add_peer_args, data_parallel
 from train_digits import make_compression
 
 
@@ -58,7 +61,7 @@ class ResNet50(nn.Module):
 
 
 def main():
-    parser = compression_parser(__doc__)
+    parser = add_peer_args(compression_parser(__doc__))
     parser.add_argument("--batch-size", type=int, default=8, help="per rank")
     parser.add_argument("--warmup", type=int, default=16, help="untimed steps")
     parser.add_argument("--iters", type=int, default=3)
@@ -69,17 +72,15 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = ResNet50()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
     compression = make_compression(args)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    trained, optimizer = data_parallel(model, args, lambda params: torch.optim.SGD(
+        params, lr=0.01 * hvd.size()), compression)
     data = torch.randn(args.batch_size, 3, 224, 224)
     target = torch.randint(0, 1000, (args.batch_size,))
 
     def step():
         optimizer.zero_grad()
-        F.cross_entropy(model(data), target).backward()
+        F.cross_entropy(trained(data), target).backward()
         optimizer.step()
 
     for _ in range(args.warmup):
@@ -92,7 +93,7 @@ def main():
         rates.append(args.batch_size * args.batches_per_iter / (time.perf_counter() - start))
     rates = hvd.allgather_object(float(np.mean(rates)))
     if hvd.rank() == 0:
-        result = {"compression": args.compression, "img_per_s_per_rank": float(np.mean(rates)),
+        result = {"compression": args.peer or args.compression, "img_per_s_per_rank": float(np.mean(rates)),
                   "img_per_s_total": float(np.sum(rates)), "ranks": hvd.size(),
                   "parameters": sum(p.numel() for p in model.parameters())}
         if hasattr(compression, "stats"):
