@@ -8,7 +8,6 @@ random 224x224 images, DistributedGradientTape in a tf.function, images per seco
 The first --warmup steps are not timed; they cover tracing and the time-aware planner's
 calibration. Rank 0 prints img/s (the sum over ranks of each rank's mean).
 """
-import json
 import os
 import sys
 import time
@@ -23,16 +22,12 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from train_digits import make_compression  # noqa: E402  (tf/train_digits.py, beside this file;
-from options import compression_parser  # noqa: E402     it puts torch/'s shared helpers on the path)
+from options import add_synthetic_args, compression_parser  # noqa: E402     it puts torch/'s shared helpers on the path)
+from history import save_synthetic  # noqa: E402
 
 
 def main():
-    parser = compression_parser(__doc__)
-    parser.add_argument("--batch-size", type=int, default=8, help="per rank")
-    parser.add_argument("--warmup", type=int, default=16, help="untimed steps")
-    parser.add_argument("--iters", type=int, default=3)
-    parser.add_argument("--batches-per-iter", type=int, default=2)
-    parser.add_argument("--json", help="rank 0 writes the result here")
+    parser = add_synthetic_args(compression_parser(__doc__))
     args = parser.parse_args()
     hvd.init()
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -66,17 +61,8 @@ def main():
         rates.append(args.batch_size * args.batches_per_iter / (time.perf_counter() - start))
     rates = hvd.allgather_object(float(np.mean(rates)))
     if hvd.rank() == 0:
-        result = {"compression": args.compression, "img_per_s_per_rank": float(np.mean(rates)),
-                  "img_per_s_total": float(np.sum(rates)), "ranks": hvd.size(),
-                  "parameters": int(sum(np.prod(v.shape) for v in model.trainable_variables))}
-        if hasattr(compression, "stats"):
-            choices = [t["choice"] for t in compression.stats().get("tensors", {}).values()]
-            result["choices"] = {c: choices.count(c) for c in sorted(set(choices))}
-        print(json.dumps(result), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f)
-
+        parameters = sum(np.prod(v.shape) for v in model.trainable_variables)
+        save_synthetic(args.compression, rates, parameters, compression, args.json)
 
 if __name__ == "__main__":
     main()

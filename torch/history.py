@@ -1,4 +1,5 @@
-"""Per-epoch records that the training jobs print on rank 0 and save as JSON."""
+"""Per-epoch records that the training jobs print on rank 0 and save as JSON (and the
+synthetic benchmarks' results)."""
 import json
 import os
 
@@ -56,3 +57,18 @@ class History:
             with open(self.path, "w") as f:
                 json.dump({"args": self.args, "history": self.records, "totals": self.totals},
                           f, indent=1)
+
+
+def save_synthetic(name, rates, parameters, compression, path=None):
+    """Rank 0's result of a synthetic benchmark (torch/ and tf/synthetic_benchmark.py):
+    img/s from every rank's mean `rates`, and the time-aware choices DeepReduce made; printed
+    as JSON, and written to `path` if given."""
+    result = {"compression": name, "img_per_s_per_rank": sum(rates) / len(rates),
+              "img_per_s_total": float(sum(rates)), "ranks": len(rates), "parameters": int(parameters)}
+    if hasattr(compression, "stats"):
+        choices = [t["choice"] for t in compression.stats().get("tensors", {}).values()]
+        result["choices"] = {c: choices.count(c) for c in sorted(set(choices))}
+    print(json.dumps(result), flush=True)
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f)

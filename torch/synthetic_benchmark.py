@@ -10,7 +10,6 @@ is not a dependency) on random 224x224 images, images per second per rank.
 The first --warmup steps are not timed; they cover the time-aware planner's calibration and
 exploration. Rank 0 prints img/s (mean and spread over --iters timed iterations).
 """
-import json
 import time
 
 import horovod.torch as hvd
@@ -19,7 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from options import compression_parser
+from history import save_synthetic
+from options import add_synthetic_args, compression_parser
 from peers import add_peer_args, data_parallel
 from train_digits import make_compression
 
@@ -61,12 +61,7 @@ class ResNet50(nn.Module):
 
 
 def main():
-    parser = add_peer_args(compression_parser(__doc__))
-    parser.add_argument("--batch-size", type=int, default=8, help="per rank")
-    parser.add_argument("--warmup", type=int, default=16, help="untimed steps")
-    parser.add_argument("--iters", type=int, default=3)
-    parser.add_argument("--batches-per-iter", type=int, default=2)
-    parser.add_argument("--json", help="rank 0 writes the result here")
+    parser = add_synthetic_args(add_peer_args(compression_parser(__doc__)))
     args = parser.parse_args()
     hvd.init()
     torch.manual_seed(0)
@@ -93,17 +88,7 @@ def main():
         rates.append(args.batch_size * args.batches_per_iter / (time.perf_counter() - start))
     rates = hvd.allgather_object(float(np.mean(rates)))
     if hvd.rank() == 0:
-        result = {"compression": args.peer or args.compression, "img_per_s_per_rank": float(np.mean(rates)),
-                  "img_per_s_total": float(np.sum(rates)), "ranks": hvd.size(),
-                  "parameters": sum(p.numel() for p in model.parameters())}
-        if hasattr(compression, "stats"):
-            choices = [t["choice"] for t in compression.stats().get("tensors", {}).values()]
-            result["choices"] = {c: choices.count(c) for c in sorted(set(choices))}
-        print(json.dumps(result), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f)
-
+        save_synthetic(args.peer or args.compression, rates, sum(p.numel() for p in model.parameters()), compression, args.json)
 
 if __name__ == "__main__":
     main()
