@@ -73,6 +73,15 @@ std::vector<float> dequantise(const uint32_t* levels, size_t count, const uint8_
 void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* values,
                  size_t count, float scale);
 
+// ---- sorted runs (merge.cpp) ----
+// The unique positions of runs[r] = positions[starts[r]:starts[r+1]] and the float32 sums
+// there, each sum 0 + the runs' values in run order. False (nothing written) when a run is
+// not strictly ascending.
+bool merge_sum(const int64_t* positions, const float* values, const int64_t* starts, size_t runs,
+               std::vector<int64_t>* out_positions, std::vector<float>* out_sums);
+// in[i] = whether a[i] is in b. False (nothing written) unless both are strictly ascending.
+bool member_sorted(const int64_t* a, size_t na, const int64_t* b, size_t nb, uint8_t* in);
+
 // ---- selection with error feedback (select.cpp) ----
 // When residual is given it is replaced by residual + grad (the compensated gradient) in the
 // same pass that selects. Returns false (nothing selected) if any compensated value is NaN or

@@ -315,6 +315,48 @@ PyObject* scatter_add(PyObject*, PyObject* args) {
     Py_RETURN_NONE;
 }
 
+PyObject* merge_sum(PyObject*, PyObject* args) {
+    PyObject *positions_obj, *values_obj, *starts_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &positions_obj, &values_obj, &starts_obj)) return nullptr;
+    Buffer positions, values, starts;
+    if (!positions.get(positions_obj, false, 8, "positions") ||
+        !values.get(values_obj, false, 4, "values") || !starts.get(starts_obj, false, 8, "starts"))
+        return nullptr;
+    size_t runs = starts.count(8) ? starts.count(8) - 1 : 0;
+    const int64_t* s = starts.as<int64_t>();
+    if (positions.count(8) != values.count(4) || !starts.count(8) || s[0] != 0 ||
+        s[runs] != static_cast<int64_t>(positions.count(8))) {
+        PyErr_SetString(PyExc_ValueError, "merge_sum: runs do not cover positions and values");
+        return nullptr;
+    }
+    std::vector<int64_t> out_positions;
+    std::vector<float> out_sums;
+    bool ascending = false;
+    if (!run_released([&] {
+            ascending = dr::merge_sum(positions.as<int64_t>(), values.as<float>(), s, runs,
+                                      &out_positions, &out_sums);
+        }))
+        return nullptr;
+    if (!ascending) Py_RETURN_NONE;
+    return Py_BuildValue("(NN)", to_bytearray(out_positions), to_bytearray(out_sums));
+}
+
+PyObject* member_sorted(PyObject*, PyObject* args) {
+    PyObject *a_obj, *b_obj;
+    if (!PyArg_ParseTuple(args, "OO", &a_obj, &b_obj)) return nullptr;
+    Buffer a, b;
+    if (!a.get(a_obj, false, 8, "a") || !b.get(b_obj, false, 8, "b")) return nullptr;
+    std::vector<uint8_t> in(a.count(8));
+    bool ascending = false;
+    if (!run_released([&] {
+            ascending = dr::member_sorted(a.as<int64_t>(), a.count(8), b.as<int64_t>(),
+                                          b.count(8), in.data());
+        }))
+        return nullptr;
+    if (!ascending) Py_RETURN_NONE;
+    return to_bytearray(in);
+}
+
 PyObject* have_f16c(PyObject*, PyObject*) { return PyBool_FromLong(dr::have_f16c()); }
 
 PyObject* to_half(PyObject*, PyObject* args) {
@@ -457,6 +499,10 @@ PyMethodDef methods[] = {
      "dequantise(u32 levels, data, sign_start, lo, step) -> f32 values"},
     {"scatter_add", scatter_add, METH_VARARGS,
      "scatter_add(f32 dst, i64 positions, f32 values, scale): dst[p] += v * scale"},
+    {"merge_sum", merge_sum, METH_VARARGS,
+     "merge_sum(i64 positions, f32 values, i64 run starts) -> (i64 unique, f32 sums) or None"},
+    {"member_sorted", member_sorted, METH_VARARGS,
+     "member_sorted(i64 a, i64 b) -> u8 a[i] in b, or None unless both ascend"},
     {"have_f16c", have_f16c, METH_NOARGS, "have_f16c() -> whether to_half works here"},
     {"to_half", to_half, METH_VARARGS,
      "to_half(f32 src, u16 dst, keep_error) -> all finite: dst = half(src) [, src -= float(dst)]"},

@@ -6,6 +6,8 @@ import pytest
 import deepreduce_hvd as dr
 from deepreduce_hvd.codecs.sparse_codec import SparseCodec
 from deepreduce_hvd.comm.sparse_allreduce import HEAD, Exchange, Ranges, even_bounds
+from deepreduce_hvd.engine import native
+from deepreduce_hvd.engine.runs import member, merge_sum
 from horovod_run import discover, explain, run_checks
 
 SIZE = 20000
@@ -50,6 +52,36 @@ def test_what_every_residual_holds_plus_the_totals_is_the_sum_of_the_gradients(i
     residuals = sum(p.memory.residual("w").astype(np.float64) for p in pipelines)
     np.testing.assert_allclose(delivered + residuals, gradient_sum, atol=1e-3)
     assert np.abs(residuals).sum() > 0
+
+
+@pytest.mark.parametrize("engine", ["native", "numpy"])
+def test_owner_sums_in_rank_order_and_senders_find_survivors(engine, monkeypatch):
+    """merge_sum: the union of the pieces' positions and 0 + their values in rank order, the
+    same bits as adding them into a dense array rank by rank (pieces ascending or not, empty,
+    overlapping); member: exactly np.isin. Both engines."""
+    if engine == "native" and native.engine is None:
+        pytest.skip("C++ engine not built")
+    if engine == "numpy":
+        monkeypatch.setattr(native, "engine", None)
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        size = int(rng.integers(1, 3000))
+        pieces = []
+        for rank in range(int(rng.integers(1, 7))):
+            positions = np.sort(rng.choice(size, int(rng.integers(0, min(size, 400) + 1)), replace=False))
+            positions = rng.permutation(positions) if trial % 3 == 0 else positions
+            values = (rng.standard_normal(positions.size) * 10.0 ** rng.uniform(-4, 4, positions.size))
+            pieces.append((values.astype(np.float32), positions))
+        dense, touched = np.zeros(size, np.float32), np.zeros(size, bool)
+        for values, positions in pieces:
+            dense[positions] += values
+            touched[positions] = True
+        union, sums = merge_sum(pieces)
+        np.testing.assert_array_equal(union, np.flatnonzero(touched))
+        assert sums.tobytes() == dense[union].tobytes()
+        among = rng.choice(size, int(rng.integers(0, size + 1)), replace=False)
+        among = np.sort(among) if trial % 2 else among
+        np.testing.assert_array_equal(member(union, among), np.isin(union, among))
 
 
 def test_ranges_follow_the_selected_elements():

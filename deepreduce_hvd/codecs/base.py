@@ -38,7 +38,10 @@ class IndexEncoding(NamedTuple):
 
 
 class IndexCodec(Codec):
-    """Encodes a sorted, unique set of flat positions in [0, size) of a tensor of `shape`."""
+    """Encodes a sorted, unique set of flat positions in [0, size) of a tensor of `shape`.
+    `reads_dense`: it may send values at positions that were not selected, read from the
+    dense tensor (which the encoder must then be given)."""
+    reads_dense = False
 
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         """-> IndexEncoding (or a (body, positions) pair).

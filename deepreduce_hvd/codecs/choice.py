@@ -81,6 +81,7 @@ class FixedPair:
     def __init__(self, index, value, arrangement_mode="auto"):
         self.index, self.value, self.arrangement = index, value, arrangement_mode
         self.lossless = index.lossless and value.lossless
+        self.reads_dense = index.reads_dense
 
     def get_config(self):
         return {"index": self.index.get_config(), "value": self.value.get_config()}
@@ -121,6 +122,7 @@ class SmallestPayload:
         self.arrangement = arrangement_mode
         self.lossless = (index is None or index.lossless) and (
             value.lossless if value is not None else max_error == 0)
+        self.reads_dense = index is None or index.reads_dense  # "auto": its dense fallback
 
     def get_config(self):
         index = {"id": "auto"} if self.index is None else self.index.get_config()

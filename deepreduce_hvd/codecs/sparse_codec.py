@@ -46,6 +46,11 @@ class SparseCodec:
         """True when every selected element arrives exactly."""
         return self.selector.lossless
 
+    @property
+    def reads_dense(self) -> bool:
+        """True when encoding may read values the sparsifier did not pick from `dense`."""
+        return self.selector.reads_dense
+
     def get_config(self) -> dict:
         return {**self.selector.get_config(), "arrangement": self.arrangement}
 

@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from ..compression.pipeline import Pipeline, decode_all
+from ..engine.runs import member, merge_sum
 from ..engine.scatter import scatter_add
 from ..errors import DeepReduceError
 from ..wire import frames
@@ -85,7 +86,8 @@ class Exchange:
         self.pipeline, self.name, self.dtype_name = pipeline, name, dtype_name
         self.bounds = self.own = self.keep = self.codecs = None
         self.sent = self.splits = None  # (positions, values) this rank's pieces deliver
-        self.range_sum = self.survivors = None  # the owner's sum, and what its payload delivers
+        self.survivors = None  # the owner's Encoded: what its payload delivers
+        self.owner_feedback = None  # (positions, sum - delivered) where the owner's payload lands
         self.sent_bytes, self.encode_s, self.decode_s = 0, 0.0, 0.0
         self.ranks = 0
 
@@ -109,7 +111,9 @@ class Exchange:
 
     def reduce(self, received) -> np.ndarray:
         """The owner's side: every rank's piece of this rank's range decoded and summed in rank
-        order, the `keep` largest of the sum encoded; -> HEAD + frame for the allgather."""
+        order, the `keep` largest of the sum encoded; -> HEAD + frame for the allgather. Work
+        and memory are O(k) (the pieces' elements), not O(range), unless the codec reads the
+        dense range (Bloom p0, "dense", the dense fallback of "auto")."""
         start = time.perf_counter()
         stats = self.pipeline.stats
         lo, hi, fingerprint = self._range(self.own)
@@ -117,40 +121,72 @@ class Exchange:
         stats.bytes_received += sum(frames.HEADER + len(p.payload) for p in pieces) - \
             int(self.splits[self.own])
         errors = [p for p in pieces if p.kind == frames.ERROR]
-        self.range_sum = total = np.zeros(hi - lo, dtype=np.float32)
-        load, self.survivors = 0, None
+        load, self.survivors, self.owner_feedback, decoded = 0, None, None, None
         if errors:
             message = f"rank {errors[0].rank} could not encode this tensor: " + \
                 bytes(errors[0].payload).decode(errors="replace")
             frame = frames.write(fingerprint, frames.ERROR, message.encode())
         elif any(p.kind == frames.NONFINITE for p in pieces):
             frame, _ = self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)
-        else:  # summed in rank order; selected among the union of the positions (about k)
-            touched = np.zeros(hi - lo, dtype=bool)
-            for values, positions in decode_all([p.payload for p in pieces], (hi - lo,),
-                                                self.dtype_name):
-                scatter_add(total, positions, values)
-                touched[positions] = True
-                load += positions.size
-            union = np.flatnonzero(touched)
-            union = union[total[union] != 0]
-            if union.size > self.keep:  # the keep largest magnitudes of the sum
-                union = np.sort(union[np.argpartition(-np.abs(total[union]), self.keep - 1)[:self.keep]])
-            keep = union
-            frame, encoded = self.pipeline.frame(total[keep], keep, (hi - lo,), self.dtype_name,
-                                                 self.name, *self.codecs, total)
-            if encoded is not None:
-                self.survivors = encoded
+        else:
+            parts = self._decoded(pieces, self._own_piece(lo, hi), (hi - lo,))
+            load = sum(positions.size for _, positions in parts)
+            union, sums = merge_sum(parts)
+            decoded = time.perf_counter()
+            frame = self._select_and_encode(union, sums, hi - lo)
         stats.bytes_sent += HEAD.size + len(frame)
-        self.decode_s = time.perf_counter() - start
+        done = time.perf_counter()
+        self.decode_s = (decoded or done) - start
+        stats.encode_s += done - (decoded or done)  # the survivors' selection and encoding
+        self.encode_s += done - (decoded or done)
         encode_us = min(_MAX_US, int(round(self.encode_s * 1e6)))
         return np.frombuffer(HEAD.pack(load, self.sent_bytes, encode_us) + frame, np.uint8)
+
+    def _own_piece(self, lo, hi):
+        """(values, positions in the range) of this rank's own piece of [lo, hi), as its
+        payload decodes (the encoder's Encoded values): not decoded again."""
+        positions, values = self.sent
+        mine = (positions >= lo) & (positions < hi)
+        return values[mine], positions[mine] - lo
+
+    def _decoded(self, frames_, own, shapes):
+        """(values, positions) of each frame's payload in rank order, this rank's own from
+        `own` (None: decoded like the others). shapes: one, or a list (one per frame)."""
+        shapes = shapes if isinstance(shapes, list) else [shapes] * len(frames_)
+        others = [j for j in range(len(frames_)) if own is None or j != self.own]
+        parts = dict(zip(others, decode_all([frames_[j].payload for j in others],
+                                            [shapes[j] for j in others], self.dtype_name)))
+        if own is not None:
+            parts[self.own] = own
+        return [parts[j] for j in range(len(frames_))]
+
+    def _select_and_encode(self, union, sums, size):
+        """The owner's frame of the `keep` largest of the range's sum (at positions `union`,
+        ascending); notes what the payload will not deliver for _settle."""
+        nonzero = sums != 0
+        keep, kept = union[nonzero], sums[nonzero]
+        if keep.size > self.keep:  # the keep largest magnitudes of the sum
+            chosen = np.sort(np.argpartition(-np.abs(kept), self.keep - 1)[:self.keep])
+            keep, kept = keep[chosen], kept[chosen]
+        dense = None
+        if any(codec is not None and codec.reads_dense for codec in self.codecs):
+            dense = np.zeros(size, np.float32)
+            dense[union] = sums
+        frame, encoded = self.pipeline.frame(kept, keep, (size,), self.dtype_name, self.name,
+                                             *self.codecs, dense)
+        if encoded is not None:  # the sum where the payload lands, less what it delivers
+            self.survivors = encoded
+            at = np.minimum(np.searchsorted(union, encoded.positions), max(union.size - 1, 0))
+            there = np.where(union[at] == encoded.positions, sums[at], 0) if union.size else 0
+            self.owner_feedback = (encoded.positions,
+                                   there - np.asarray(encoded.values, np.float32))
+        return frame
 
     def gather(self, gathered, ranges: Ranges, key: str, out=None, scale: float = 1.0):
         """Every owner's survivors decoded into scale times the dense float32 total (the same
         bits on every rank; into `out` if given), the residuals settled, the ranges
         rebalanced. -> (total, what the step cost: planner.Measured)."""
-        start = time.perf_counter()
+        start, decoded = time.perf_counter(), None
         size = int(self.bounds[-1])
         view, at, heads = byte_view(gathered), 0, []
         for j in range(self.ranks):
@@ -177,15 +213,18 @@ class Exchange:
         else:
             delivered = []
             shapes = [(int(hi - lo),) for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
-            for j, (values, positions) in enumerate(decode_all(
-                    [frame.payload for *_, frame in heads], shapes, self.dtype_name)):
+            own = self.survivors and (self.survivors.values, self.survivors.positions)
+            for j, (values, positions) in enumerate(self._decoded(
+                    [frame for *_, frame in heads], own, shapes)):
                 lo = int(self.bounds[j])
                 scatter_add(total[lo:int(self.bounds[j + 1])], positions, values, scale)
                 delivered.append(positions + lo)
+            decoded = time.perf_counter()
             self._settle(np.concatenate(delivered))
             ranges.rebalance(key, self.bounds, [head[0] for head in heads])
-        self.decode_s += time.perf_counter() - start
-        self.pipeline.decoded(self.name, total, self.decode_s)
+        self.decode_s += (decoded or time.perf_counter()) - start
+        self.pipeline.decoded(self.name, total, self.decode_s,
+                              time.perf_counter() - decoded if decoded else 0.0)
         return total, Measured(max(head[2] for head in heads),
                                float(np.mean([head[1] for head in heads])),
                                max(head[-1].decode_s for head in heads))
@@ -204,20 +243,9 @@ class Exchange:
         positions, values = self.sent
         dropped = ~member(positions, delivered_positions)
         scatter_add(flat, positions[dropped], values[dropped])
-        if self.survivors is not None:
+        if self.owner_feedback is not None:
             lo = int(self.bounds[self.own])
-            kept = self.survivors.positions
-            scatter_add(flat[lo:int(self.bounds[self.own + 1])], kept,
-                        self.range_sum[kept] - np.asarray(self.survivors.values, np.float32))
-
-
-def member(positions: np.ndarray, among: np.ndarray) -> np.ndarray:
-    """Which of the unique `positions` are in `among` (unique; a binary search in it, sorted
-    first unless it already is, as decoded gap-coded positions are)."""
-    if among.size > 1 and not (among[1:] > among[:-1]).all():
-        among = np.sort(among)
-    at = np.minimum(np.searchsorted(among, positions), max(among.size - 1, 0))
-    return among[at] == positions if among.size else np.zeros(positions.size, dtype=bool)
+            scatter_add(flat[lo:int(self.bounds[self.own + 1])], *self.owner_feedback)
 
 
 def keep_count(selected: int, ranks: int) -> int:

@@ -36,6 +36,7 @@ class BloomIndex(IndexCodec):
     codec_id = "bloom"
     wire_id = 9
     params = ("policy", "fpr", "seed")
+    reads_dense = True  # false positives take their true values
 
     def __init__(self, policy="p0", fpr=None, seed=0):
         if policy not in POLICIES:

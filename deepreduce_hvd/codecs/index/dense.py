@@ -14,6 +14,7 @@ from ..registry import register
 class DenseIndex(IndexCodec):
     codec_id = "dense"
     wire_id = 11
+    reads_dense = True
 
     def encode(self, indices, size, dense=None, seed=None, shape=None):
         if indices.size == size:
