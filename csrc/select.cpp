@@ -6,7 +6,9 @@
 // and this one produce identical payloads.
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -130,10 +132,52 @@ bool scan_dispatch(const float* grad, float* residual, int64_t n, float cut,
 #endif
 }
 
-bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict,
-          std::vector<int64_t>* out) {
+bool scan_range(const float* grad, float* residual, int64_t n, float cut, bool strict,
+                std::vector<int64_t>* out) {
     return strict ? scan_dispatch<true>(grad, residual, n, cut, out)
                   : scan_dispatch<false>(grad, residual, n, cut, out);
+}
+
+// The fused pass over large tensors on a few threads, each over its own contiguous range
+// (its candidates, ascending, appended in range order): the pass is bound by memory
+// bandwidth, which one core does not fill.
+constexpr int64_t kPerThread = int64_t{1} << 20;  // elements a thread must have to pay
+bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict,
+          std::vector<int64_t>* out) {
+    static const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int nthreads = static_cast<int>(std::min<int64_t>({hardware, 4, n / kPerThread}));
+    if (nthreads < 2) return scan_range(grad, residual, n, cut, strict, out);
+    int64_t chunk = (n / nthreads + 31) / 32 * 32;  // whole vector blocks per range
+    std::vector<std::vector<int64_t>> parts(nthreads);
+    std::vector<char> finite(nthreads, 1);
+    std::vector<std::exception_ptr> failures(nthreads);
+    auto work = [&](int t) {
+        try {
+            int64_t lo = std::min(n, t * chunk), hi = t + 1 == nthreads ? n : std::min(n, lo + chunk);
+            parts[t].reserve(out->capacity() / nthreads + 64);
+            finite[t] = scan_range(grad + lo, residual ? residual + lo : nullptr, hi - lo, cut,
+                                   strict, &parts[t]);
+            for (auto& i : parts[t]) i += lo;
+        } catch (...) {
+            failures[t] = std::current_exception();
+        }
+    };
+    std::vector<std::thread> pool;
+    try {
+        for (int t = 1; t < nthreads; ++t) pool.emplace_back(work, t);
+    } catch (...) {  // no thread could be started: the remaining ranges run here
+        for (int t = static_cast<int>(pool.size()) + 1; t < nthreads; ++t) work(t);
+    }
+    work(0);
+    for (auto& th : pool) th.join();
+    for (auto& f : failures)
+        if (f) std::rethrow_exception(f);
+    bool all_finite = true;
+    for (int t = 0; t < nthreads; ++t) {
+        all_finite &= finite[t] != 0;
+        out->insert(out->end(), parts[t].begin(), parts[t].end());
+    }
+    return all_finite;
 }
 
 // From candidates (ascending positions holding every element of magnitude >= the k-th

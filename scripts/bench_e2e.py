@@ -105,6 +105,16 @@ def horovod(script, args, timeout, netns=False, folder="torch"):
                 str(ROOT / folder / script), *map(str, args)], timeout, netns)
 
 
+def saved_run(job, ranks, args, timeout, netns=True):
+    """One horovodrun of `job` (a path from the root) with `--json` to a scratch file, in the
+    shaped namespace by default -> what the job saved there (rank 0's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "history.json"
+        run([HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PY,
+             str(ROOT / job), *map(str, [*args, "--json", out])], timeout, netns)
+        return json.loads(out.read_text())
+
+
 def network(quick, repeats):
     if os.geteuid() != 0:
         sys.exit("bench-e2e needs root (it creates a network namespace and a tc qdisc)")

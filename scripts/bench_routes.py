@@ -15,10 +15,8 @@ import argparse
 import json
 import os
 import sys
-import tempfile
-from pathlib import Path
 
-from bench_e2e import DOCS, HOROVODRUN, PY, ROOT, remove_namespace, run, shaped_namespace, write_table
+from bench_e2e import DOCS, remove_namespace, saved_run, shaped_namespace, write_table
 from bench_tta import spread
 
 RATE = "1gbit"
@@ -41,13 +39,9 @@ CONFIGS = {
 
 def train(ranks, config, seed, epochs):
     """One run of the wide MLP in the shaped namespace -> rank 0's saved history."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "history.json"
-        run([HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PY,
-             str(ROOT / "torch" / "train_digits.py"),
-             *map(str, ["--model", "mlp", "--epochs", epochs, *CONFIGS[config], "--seed", seed,
-                        "--json", out, "--no-progress"])], 3600, netns=True)
-        return json.loads(out.read_text())
+    return saved_run("torch/train_digits.py", ranks, ["--model", "mlp", "--epochs", epochs,
+                                                      *CONFIGS[config], "--seed", seed,
+                                                      "--no-progress"], 3600)
 
 
 def summary(saved):

@@ -15,11 +15,8 @@ import json
 import os
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 
-from bench_e2e import (DOCS, HOROVODRUN, PY, ROOT, markdown_table, remove_namespace, run,
-                       shaped_namespace)
+from bench_e2e import DOCS, markdown_table, remove_namespace, saved_run, shaped_namespace
 
 RATE = "1gbit"
 DENSE, COMPUTE = "Horovod dense fp32", "compute only"
@@ -65,14 +62,8 @@ def configs_of(workload, chosen=None):
 def train(workload, config, seed):
     """One run in the shaped namespace -> its per-epoch history (rank 0's)."""
     job, ranks, args, _, _ = WORKLOADS[workload]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "history.json"
-        extra = ["--seed", seed, "--json", out]
-        if job.endswith("train_digits.py"):
-            extra.append("--no-progress")
-        run([HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PY,
-             str(ROOT / job), *map(str, [*args, *CONFIGS[config], *extra])], 1800, netns=True)
-        return json.loads(out.read_text())["history"]
+    extra = ["--seed", seed, *(["--no-progress"] if job.endswith("train_digits.py") else [])]
+    return saved_run(job, ranks, [*args, *CONFIGS[config], *extra], 1800)["history"]
 
 
 def seconds_to(history, metric, goal, higher):

@@ -5,6 +5,8 @@ import pytest
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.codecs import arrangement
+from deepreduce_hvd.compression import sparsify
+from deepreduce_hvd.engine import native
 
 
 @pytest.fixture
@@ -169,3 +171,28 @@ def test_topk_is_exact_on_large_tensors(rng):
     kth = np.sort(np.abs(dense))[-10_000]
     assert np.abs(values).min() == kth
     np.testing.assert_array_equal(values, dense[indices])
+
+
+def test_fused_selection_is_the_same_on_both_engines_and_across_threads(rng, monkeypatch):
+    """Above 2M elements the native pass splits the tensor between threads: the same
+    selection and residual as the numpy twin, top-k and threshold; a NaN in the last range
+    still makes it None."""
+    if native.engine is None:
+        pytest.skip("C++ engine not built")
+    grad = rng.standard_normal(2_100_003).astype(np.float32)
+    start = rng.standard_normal(grad.size).astype(np.float32)
+    results = []
+    for engine in (native.engine, None):
+        monkeypatch.setattr(native, "engine", engine)
+        residual = start.copy()
+        top = sparsify.select("topk", grad, residual, k=21_000)
+        over = sparsify.select("threshold", grad, residual.copy(), tau=3.0)
+        poisoned = grad.copy()
+        poisoned[-5] = np.nan
+        results.append((top, over, residual, sparsify.select("topk", poisoned, None, k=10)))
+    (top, over, residual, nan), (top2, over2, residual2, nan2) = results
+    for a, b in ((top, top2), (over, over2)):
+        np.testing.assert_array_equal(a[1], b[1])
+        np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(residual, residual2)
+    assert nan is None and nan2 is None and top[1].size == 21_000

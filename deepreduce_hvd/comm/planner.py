@@ -43,8 +43,9 @@ SPARSE_KINDS = (ALLGATHER, SPARSE_ALLREDUCE)
 COLLECTIVES = ("auto", ALLGATHER, SPARSE_ALLREDUCE)  # what DeepReduce(collective=) accepts
 # collective="auto" weighs the sparse allreduce from this many ranks on. Its two dependent
 # rounds (alltoall, then allgather) cost more waiting than its model charges: at 4 and 8 ranks
-# on this machine it stepped slower than the allgather while receiving 0.5x and 0.27x the bytes
-# (README, "Allgather or sparse allreduce"); the allgather's P payloads decide beyond.
+# on this machine it stepped no faster than the allgather (at 8, slower at 1%) while receiving
+# 0.5x and 0.27x the bytes (README, "Allgather or sparse allreduce"); the allgather's P
+# payloads decide beyond.
 SPARSE_ALLREDUCE_MIN_RANKS = 16
 FALLBACK = ("golomb", "raw")  # exact for any finite values: what a failing candidate is replaced by
 CANDIDATE_INDICES = ("golomb", "entropy")  # what "auto" means in the time-aware mode
