@@ -1,5 +1,6 @@
 """Checkpoints: DeepReduce's state_dict (torch.save) and tf.train.Checkpoint resume training
-bit for bit, at 2 and 4 ranks (tests/workers/resume.py, one job per step); the state's own
+bit for bit, at 2 and 4 ranks, by allgather and by the sparse allreduce
+(tests/workers/resume.py, one job per step); the state's own
 round trips and refusals."""
 import numpy as np
 import pytest
@@ -9,11 +10,14 @@ from deepreduce_hvd.comm.state import pack, unpack
 from horovod_run import discover, explain, run_checks
 
 
-@pytest.fixture(scope="module", params=[("torch", 2), ("tf", 2), ("torch", 4), ("tf", 4)],
-                ids=lambda p: f"{p[0]}-{p[1]}ranks")
+@pytest.fixture(scope="module", params=[("torch", 2, "auto"), ("tf", 2, "auto"), ("torch", 4, "auto"),
+                                        ("tf", 4, "auto"), ("torch", 4, "sparse_allreduce"),
+                                        ("tf", 4, "sparse_allreduce")],
+                ids=lambda p: f"{p[0]}-{p[1]}ranks-{p[2]}")
 def resumed(request, tmp_path_factory):
-    framework, ranks = request.param
-    env = {"DEEPREDUCE_FRAMEWORK": framework, "DEEPREDUCE_SCRATCH": str(tmp_path_factory.mktemp("resume"))}
+    framework, ranks, collective = request.param
+    env = {"DEEPREDUCE_FRAMEWORK": framework, "DEEPREDUCE_COLLECTIVE": collective,
+           "DEEPREDUCE_SCRATCH": str(tmp_path_factory.mktemp("resume"))}
     outcome = {}
     for check in discover("resume.py"):  # each in a fresh process
         outcome.update(run_checks("resume.py", [check], np_=ranks, env=env))

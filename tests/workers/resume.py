@@ -17,9 +17,10 @@ FRAMEWORK = os.environ.get("DEEPREDUCE_FRAMEWORK", "torch")
 SCRATCH = Path(os.environ.get("DEEPREDUCE_SCRATCH", "."))
 STEPS = 10
 # min_size=0: every tensor through DeepReduce, which sums ranks in rank order (Horovod's own
-# ring sums in an order that varies with its fusion timing at 4 ranks)
+# ring sums in an order that varies with its fusion timing at 4 ranks); DEEPREDUCE_COLLECTIVE:
+# the route (the sparse allreduce's ranges, re-split as loads move, are in the checkpoint too)
 CONFIG = dict(ratio=0.05, index="golomb", value={"id": "qsgd", "seed": 1}, warmup_steps=15,
-              min_size=0)
+              min_size=0, collective=os.environ.get("DEEPREDUCE_COLLECTIVE", "auto"))
 SHAPES = ((40, 64), (64,), (64, 64), (64,), (64, 3), (3,))
 
 
@@ -135,6 +136,11 @@ def check_first_half():
     stats = shim.compression.stats()
     assert stats["tensors_compressed"] > 0 and stats["selections_boosted"] > 0, stats
     assert shim.compression.pipeline.momentum is not None
+    if CONFIG["collective"] == "sparse_allreduce":  # ranges moved: the resume must restore them
+        ranges = [bounds for s in shim.compression.state_dict()["sets"].values()
+                  for bounds in s["ranges"].values()]
+        size = shim.hvd.size()
+        assert any(list(b) != [b[-1] * j // size for j in range(size + 1)] for b in ranges), ranges
 
 
 def check_critical_phases_agree():
