@@ -135,6 +135,38 @@ def test_hostile_reduced_messages_are_refused():
             exchange.gather(bad, ranges[0], "w")
 
 
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "other config"])
+def test_a_bad_piece_reaches_one_owner_and_every_rank_raises(damage):
+    """A piece only its owner reads (malformed, truncated, another config's): the owner does
+    not raise alone (the other ranks would wait for it in the allgather) but sends an error
+    frame, and every rank raises DeepReduceError at the gather."""
+    ranks, rng = 4, np.random.default_rng(4)
+    codec = SparseCodec(index="golomb", value="fp16")
+    pipelines = [dr.Pipeline(ratio=0.01, index="golomb", value="fp16") for _ in range(ranks)]
+    ranges = [Ranges() for _ in range(ranks)]
+    bounds = ranges[0].bounds("w", SIZE, ranks)
+    exchanges = [Exchange(p, "w", "float32") for p in pipelines]
+    sent = [e.scatter(g, bounds.copy(), r, codec, None)
+            for r, (e, g) in enumerate(zip(exchanges, skewed(rng, ranks)))]
+    offsets = [np.concatenate([[0], np.cumsum(e.splits)]) for e in exchanges]
+    pieces = [[sent[r][offsets[r][owner]:offsets[r][owner + 1]].copy() for r in range(ranks)]
+              for owner in range(ranks)]
+    bad = pieces[2][1]  # rank 1's piece of rank 2's range
+    if damage == "truncated":
+        pieces[2][1] = bad[:len(bad) // 2]
+    elif damage == "flipped":
+        bad[len(bad) // 2:] ^= 0x5A
+    else:
+        other = dr.Pipeline(ratio=0.01, index="golomb", value="raw")
+        pieces[2][1] = np.frombuffer(other.frame(np.ones(3, np.float32), np.arange(3),
+                                                 (int(bounds[3] - bounds[2]),), "float32")[0], np.uint8)
+    gathered = np.concatenate([e.reduce(np.concatenate(pieces[owner]))
+                               for owner, e in enumerate(exchanges)])
+    for r, e in enumerate(exchanges):
+        with pytest.raises(dr.DeepReduceError, match="range"):
+            e.gather(gathered, ranges[r], "w")
+
+
 CHECKS = discover("sparse_allreduce.py")
 
 

@@ -113,34 +113,43 @@ class Exchange:
         """The owner's side: every rank's piece of this rank's range decoded and summed in rank
         order, the `keep` largest of the sum encoded; -> HEAD + frame for the allgather. Work
         and memory are O(k) (the pieces' elements), not O(range), unless the codec reads the
-        dense range (Bloom p0, "dense", the dense fallback of "auto")."""
+        dense range (Bloom p0, "dense", the dense fallback of "auto"). Pieces that cannot be
+        read or decoded (malformed, truncated, another config) make the frame an error that
+        every rank raises at the gather: only this owner saw them, and no rank may wait."""
         start = time.perf_counter()
-        stats = self.pipeline.stats
         lo, hi, fingerprint = self._range(self.own)
+        self.survivors = self.owner_feedback = None
+        try:
+            frame, load, decoded = self._reduced(received, lo, hi, fingerprint)
+        except DeepReduceError as exc:
+            self.survivors = self.owner_feedback = None
+            frame, load, decoded = frames.write(fingerprint, frames.ERROR, (
+                f"the pieces of range {lo}:{hi} of this tensor: {exc}").encode()), 0, None
+        self.pipeline.stats.bytes_sent += HEAD.size + len(frame)
+        done = time.perf_counter()
+        self.decode_s = (decoded or done) - start
+        self.pipeline.stats.encode_s += done - (decoded or done)  # the survivors' selection
+        self.encode_s += done - (decoded or done)                 # and encoding
+        encode_us = min(_MAX_US, int(round(self.encode_s * 1e6)))
+        return np.frombuffer(HEAD.pack(load, self.sent_bytes, encode_us) + frame, np.uint8)
+
+    def _reduced(self, received, lo, hi, fingerprint):
+        """(the owner's frame, elements received, when decoding ended or None)."""
         pieces = frames.read_all(received, self.ranks, fingerprint, f"range {lo}:{hi}")
-        stats.bytes_received += sum(frames.HEADER + len(p.payload) for p in pieces) - \
+        self.pipeline.stats.bytes_received += sum(frames.HEADER + len(p.payload) for p in pieces) - \
             int(self.splits[self.own])
         errors = [p for p in pieces if p.kind == frames.ERROR]
-        load, self.survivors, self.owner_feedback, decoded = 0, None, None, None
         if errors:
             message = f"rank {errors[0].rank} could not encode this tensor: " + \
                 bytes(errors[0].payload).decode(errors="replace")
-            frame = frames.write(fingerprint, frames.ERROR, message.encode())
-        elif any(p.kind == frames.NONFINITE for p in pieces):
-            frame, _ = self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)
-        else:
-            parts = self._decoded(pieces, self._own_piece(lo, hi), (hi - lo,))
-            load = sum(positions.size for _, positions in parts)
-            union, sums = merge_sum(parts)
-            decoded = time.perf_counter()
-            frame = self._select_and_encode(union, sums, hi - lo)
-        stats.bytes_sent += HEAD.size + len(frame)
-        done = time.perf_counter()
-        self.decode_s = (decoded or done) - start
-        stats.encode_s += done - (decoded or done)  # the survivors' selection and encoding
-        self.encode_s += done - (decoded or done)
-        encode_us = min(_MAX_US, int(round(self.encode_s * 1e6)))
-        return np.frombuffer(HEAD.pack(load, self.sent_bytes, encode_us) + frame, np.uint8)
+            return frames.write(fingerprint, frames.ERROR, message.encode()), 0, None
+        if any(p.kind == frames.NONFINITE for p in pieces):
+            return self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)[0], 0, None
+        parts = self._decoded(pieces, self._own_piece(lo, hi), (hi - lo,))
+        union, sums = merge_sum(parts)
+        decoded = time.perf_counter()
+        load = sum(positions.size for _, positions in parts)
+        return self._select_and_encode(union, sums, hi - lo), load, decoded
 
     def _own_piece(self, lo, hi):
         """(values, positions in the range) of this rank's own piece of [lo, hi), as its

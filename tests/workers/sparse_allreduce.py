@@ -4,8 +4,10 @@ import os
 
 import numpy as np
 
+import deepreduce_hvd as dr
 import harness
 from deepreduce_hvd.comm import planner
+from deepreduce_hvd.comm.sparse_allreduce import Exchange
 from shims import shim_for
 
 FRAMEWORK = os.environ.get("DEEPREDUCE_FRAMEWORK", "torch")
@@ -66,6 +68,33 @@ def check_nonfinite_gradient_on_one_rank_gives_nan_everywhere():
     assert np.isnan(shim.allreduce(grad, "nan", compression)).all()
     out = shim.allreduce(np.ones(SIZE, np.float32), "nan", compression)
     assert np.isfinite(out).all()
+
+
+def check_a_corrupted_piece_raises_on_every_rank_and_the_job_goes_on():
+    """Rank 1 damages the piece it sends to rank 2's range (only rank 2 reads it): every rank
+    raises DeepReduceError for that tensor, none waits, and the next step works."""
+    compression = shim.DeepReduce(ratio=0.01, index="golomb", value="fp16", objective="bytes",
+                                  collective="sparse_allreduce")
+    scatter = Exchange.scatter
+
+    def damaged(self, *args):
+        pieces = scatter(self, *args).copy()
+        start = int(self.splits[:2].sum())
+        pieces[start + 8:start + int(self.splits[2])] ^= 0x5A  # past the magic and fingerprint
+        return pieces
+
+    if rank == 1:
+        Exchange.scatter = damaged
+    try:
+        shim.allreduce(np.ones(SIZE, np.float32) + rank, "bad", compression)
+    except Exception as exc:  # noqa: BLE001 - eagerly DeepReduceError, as TF re-raises it
+        assert isinstance(exc, dr.DeepReduceError) or "DeepReduceError" in str(exc), exc
+        assert "range" in str(exc), exc
+    else:
+        raise AssertionError("no DeepReduceError")
+    finally:
+        Exchange.scatter = scatter
+    assert np.isfinite(shim.allreduce(np.ones(SIZE, np.float32), "bad", compression)).all()
 
 
 def check_the_planner_mixes_both_routes_and_every_rank_agrees():
