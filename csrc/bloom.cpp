@@ -9,9 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <exception>
 #include <string>
-#include <thread>
 
 #include "engine.h"
 
@@ -114,27 +112,12 @@ std::vector<int64_t> bloom_query(const uint8_t* bits, uint64_t m, int h, uint64_
     if (size < 0) throw Error("bloom: negative size");
     int nthreads = std::max(1, std::min<int>(threads, static_cast<int>(size / 65536) + 1));
     std::vector<std::vector<int64_t>> parts(nthreads);
-    std::vector<std::exception_ptr> failures(nthreads);
     std::atomic<int64_t> found{0};
     int64_t chunk = (size + nthreads - 1) / nthreads;
-    auto work = [&](int t) {
-        try {
-            int64_t lo = std::min<int64_t>(size, t * chunk), hi = std::min<int64_t>(size, lo + chunk);
-            query_range(bits, m, h, seed_key, lo, hi, max_positives, &found, &parts[t]);
-        } catch (...) {
-            failures[t] = std::current_exception();
-        }
-    };
-    std::vector<std::thread> pool;
-    try {
-        for (int t = 1; t < nthreads; ++t) pool.emplace_back(work, t);
-    } catch (...) {  // no thread could be started: the remaining ranges run here
-        for (int t = static_cast<int>(pool.size()) + 1; t < nthreads; ++t) work(t);
-    }
-    work(0);
-    for (auto& th : pool) th.join();
-    for (auto& f : failures)
-        if (f) std::rethrow_exception(f);
+    run_parallel(nthreads, [&](int t) {
+        int64_t lo = std::min<int64_t>(size, t * chunk), hi = std::min<int64_t>(size, lo + chunk);
+        query_range(bits, m, h, seed_key, lo, hi, max_positives, &found, &parts[t]);
+    });
     if (found.load() > max_positives)
         throw Error("bloom: the filter reports more positives than its parameters allow");
     size_t total = 0;

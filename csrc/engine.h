@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace dr {
@@ -18,6 +20,30 @@ namespace dr {
 struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+
+// work(0) .. work(n - 1), each but the first on a thread of its own (here, when no thread can
+// start); once all have ended, the first failure among them is rethrown.
+template <typename Work>
+void run_parallel(int n, Work work) {
+    std::vector<std::exception_ptr> failures(n);
+    auto guarded = [&](int t) {
+        try {
+            work(t);
+        } catch (...) {
+            failures[t] = std::current_exception();
+        }
+    };
+    std::vector<std::thread> pool;
+    try {
+        for (int t = 1; t < n; ++t) pool.emplace_back(guarded, t);
+    } catch (...) {
+        for (int t = static_cast<int>(pool.size()) + 1; t < n; ++t) guarded(t);
+    }
+    guarded(0);
+    for (auto& th : pool) th.join();
+    for (auto& f : failures)
+        if (f) std::rethrow_exception(f);
+}
 
 // ---- bit streams (bits.cpp) ----
 // Fields of the given widths (any width >= 0; bits above 64 are zeros) -> packed bytes.

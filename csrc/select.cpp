@@ -6,7 +6,6 @@
 // and this one produce identical payloads.
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <thread>
 
@@ -150,28 +149,13 @@ bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict,
     int64_t chunk = (n / nthreads + 31) / 32 * 32;  // whole vector blocks per range
     std::vector<std::vector<int64_t>> parts(nthreads);
     std::vector<char> finite(nthreads, 1);
-    std::vector<std::exception_ptr> failures(nthreads);
-    auto work = [&](int t) {
-        try {
-            int64_t lo = std::min(n, t * chunk), hi = t + 1 == nthreads ? n : std::min(n, lo + chunk);
-            parts[t].reserve(out->capacity() / nthreads + 64);
-            finite[t] = scan_range(grad + lo, residual ? residual + lo : nullptr, hi - lo, cut,
-                                   strict, &parts[t]);
-            for (auto& i : parts[t]) i += lo;
-        } catch (...) {
-            failures[t] = std::current_exception();
-        }
-    };
-    std::vector<std::thread> pool;
-    try {
-        for (int t = 1; t < nthreads; ++t) pool.emplace_back(work, t);
-    } catch (...) {  // no thread could be started: the remaining ranges run here
-        for (int t = static_cast<int>(pool.size()) + 1; t < nthreads; ++t) work(t);
-    }
-    work(0);
-    for (auto& th : pool) th.join();
-    for (auto& f : failures)
-        if (f) std::rethrow_exception(f);
+    run_parallel(nthreads, [&](int t) {
+        int64_t lo = std::min(n, t * chunk), hi = t + 1 == nthreads ? n : std::min(n, lo + chunk);
+        parts[t].reserve(out->capacity() / nthreads + 64);
+        finite[t] = scan_range(grad + lo, residual ? residual + lo : nullptr, hi - lo, cut,
+                               strict, &parts[t]);
+        for (auto& i : parts[t]) i += lo;
+    });
     bool all_finite = true;
     for (int t = 0; t < nthreads; ++t) {
         all_finite &= finite[t] != 0;
