@@ -122,14 +122,14 @@ class Exchange:
         try:
             frame, load, decoded = self._reduced(received, lo, hi, fingerprint)
         except DeepReduceError as exc:
-            self.survivors = self.owner_feedback = None
             frame, load, decoded = frames.write(fingerprint, frames.ERROR, (
                 f"the pieces of range {lo}:{hi} of this tensor: {exc}").encode()), 0, None
         self.pipeline.stats.bytes_sent += HEAD.size + len(frame)
         done = time.perf_counter()
         self.decode_s = (decoded or done) - start
-        self.pipeline.stats.encode_s += done - (decoded or done)  # the survivors' selection
-        self.encode_s += done - (decoded or done)                 # and encoding
+        encode_s = done - (decoded or done)  # the survivors' selection and encoding
+        self.pipeline.stats.encode_s += encode_s
+        self.encode_s += encode_s
         encode_us = min(_MAX_US, int(round(self.encode_s * 1e6)))
         return np.frombuffer(HEAD.pack(load, self.sent_bytes, encode_us) + frame, np.uint8)
 

@@ -72,9 +72,9 @@ PARALLEL_BYTES = 40 << 10
 
 def decode_all(payloads, shape, dtype_name):
     """(values, positions) of each payload, in rank order. Sets of large payloads are decoded
-    on a small thread pool (the native kernels release the GIL); the caller still adds them in rank
-    order, so every rank computes the same bits. Every payload must hold `dtype_name` values
-    of `shape` (a list of shapes: payload i those of shape[i])."""
+    on a small thread pool (the native kernels release the GIL); the caller still adds them
+    in rank order, so every rank computes the same bits. Every payload must hold `dtype_name`
+    values of `shape` (a list of shapes: payload i those of shape[i])."""
     global _POOL
     payloads = list(payloads)
     shapes = shape if isinstance(shape, list) else [shape] * len(payloads)
