@@ -23,7 +23,8 @@ bool merge_sum(const int64_t* positions, const float* values, const int64_t* sta
     while (bounds.size() > 2) {
         next.assign(1, 0);
         for (size_t r = 0; r + 1 < bounds.size(); r += 2) {
-            size_t i = bounds[r], mid = bounds[r + 1], end = r + 2 < bounds.size() ? bounds[r + 2] : mid;
+            size_t i = bounds[r], mid = bounds[r + 1];
+            size_t end = r + 2 < bounds.size() ? bounds[r + 2] : mid;
             size_t j = mid, o = i;
             while (i < mid && j < end) {  // branch-free: the order is data-dependent
                 int64_t x = pos[i], y = pos[j];

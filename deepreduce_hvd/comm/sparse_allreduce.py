@@ -136,7 +136,8 @@ class Exchange:
     def _reduced(self, received, lo, hi, fingerprint):
         """(the owner's frame, elements received, when decoding ended or None)."""
         pieces = frames.read_all(received, self.ranks, fingerprint, f"range {lo}:{hi}")
-        self.pipeline.stats.bytes_received += sum(frames.HEADER + len(p.payload) for p in pieces) - \
+        stats = self.pipeline.stats
+        stats.bytes_received += sum(frames.HEADER + len(p.payload) for p in pieces) - \
             int(self.splits[self.own])
         errors = [p for p in pieces if p.kind == frames.ERROR]
         if errors:
@@ -144,7 +145,8 @@ class Exchange:
                 bytes(errors[0].payload).decode(errors="replace")
             return frames.write(fingerprint, frames.ERROR, message.encode()), 0, None
         if any(p.kind == frames.NONFINITE for p in pieces):
-            return self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)[0], 0, None
+            frame, _ = self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)
+            return frame, 0, None
         parts = self._decoded(pieces, self._own_piece(lo, hi), (hi - lo,))
         union, sums = merge_sum(parts)
         decoded = time.perf_counter()
