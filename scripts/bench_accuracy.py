@@ -10,10 +10,8 @@ the steps it takes at 2 ranks: the regime where a sparsified run lags most.
 import argparse
 import json
 import statistics
-import tempfile
-from pathlib import Path
 
-from bench_e2e import DOCS, HOROVODRUN, PY, ROOT, run
+from bench_e2e import DOCS, saved_run
 
 TOPK = ["--compression", "deepreduce", "--ratio", "0.05"]
 CONFIGS = {
@@ -28,13 +26,10 @@ SCRIPTS = {"torch": ["torch/train_digits.py", "--model", "lenet"], "tf": ["tf/tr
 
 def train(framework, ranks, config, seed, epochs, batch_size):
     script, *extra = SCRIPTS[framework]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "history.json"
-        run([HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PY,
-             str(ROOT / script), *extra, "--no-progress", "--epochs", str(epochs),
-             "--batch-size", str(batch_size), "--seed", str(seed), "--json", str(out),
-             *CONFIGS[config]], timeout=1800)
-        return json.loads(out.read_text())["history"][-1]["test_accuracy"]
+    saved = saved_run(script, ranks, [*extra, "--no-progress", "--epochs", epochs, "--batch-size",
+                                      batch_size, "--seed", seed, *CONFIGS[config]], 1800,
+                      netns=False)
+    return saved["history"][-1]["test_accuracy"]
 
 
 def report(results):

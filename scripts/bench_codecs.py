@@ -289,6 +289,18 @@ def bench_scaling(gradients, density, repeats=3):
     return {"tensor": name, "elements": grad.size, "density": density, "rows": rows, "model": model}
 
 
+def route_models(mine, bandwidth):
+    """{"" (the allgather), "sparse allreduce ": P -> predicted seconds} for one pipeline's
+    rows: bytes over the link + decoding (the measured decode times fitted linear in P)."""
+    ranks, payload = [r["ranks"] for r in mine], mine[0]["payload_bytes"]
+    slope, intercept = np.polyfit(ranks, [r["decode_ms"] / 1e3 for r in mine], 1)
+    sparse_slope, sparse_intercept = np.polyfit(
+        ranks, [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)
+    return {"": lambda p: (p - 1) * payload / bandwidth + intercept + slope * p,
+            "sparse allreduce ": lambda p: 2 * (p - 1) / p * payload / bandwidth
+            + sparse_intercept + sparse_slope * p}
+
+
 def crossover_model(rows, elements, most_ranks=1024):
     """Predicted seconds per tensor and rank: allgather = (P-1) payloads / B + decoding P
     payloads (measured, linear in P); sparse allreduce (comm/sparse_allreduce.py) = 2 (P-1)/P
@@ -301,17 +313,9 @@ def crossover_model(rows, elements, most_ranks=1024):
     out = {}
     for pipeline in dict.fromkeys(r["pipeline"] for r in rows):
         mine = [r for r in rows if r["pipeline"] == pipeline]
-        slope, intercept = np.polyfit([r["ranks"] for r in mine],
-                                      [r["decode_ms"] / 1e3 for r in mine], 1)
-        payload = mine[0]["payload_bytes"]
-        sparse_slope, sparse_intercept = np.polyfit(
-            [r["ranks"] for r in mine], [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)
         for link, rate in LINK_RATES.items():
             bandwidth = rate / 8
-            routes = {"": lambda p: (p - 1) * payload / bandwidth + intercept + slope * p,
-                      "sparse allreduce ": lambda p: 2 * (p - 1) / p * payload / bandwidth
-                      + sparse_intercept + sparse_slope * p}
-            for route, predict in routes.items():
+            for route, predict in route_models(mine, bandwidth).items():
                 for dense, width in (("fp32", 4), ("fp16", 2)):
                     limit = None
                     for ranks in range(2, most_ranks + 1):
@@ -319,8 +323,11 @@ def crossover_model(rows, elements, most_ranks=1024):
                             break
                         limit = ranks
                     out[f"{pipeline} {route}vs {dense} at {link}"] = limit
-        out[f"{pipeline} decode ms per payload"] = 1e3 * slope
-        out[f"{pipeline} sparse allreduce decode ms per rank"] = 1e3 * sparse_slope
+        ranks = [r["ranks"] for r in mine]
+        out[f"{pipeline} decode ms per payload"] = 1e3 * np.polyfit(
+            ranks, [r["decode_ms"] / 1e3 for r in mine], 1)[0]
+        out[f"{pipeline} sparse allreduce decode ms per rank"] = 1e3 * np.polyfit(
+            ranks, [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)[0]
     return out
 
 
@@ -345,15 +352,12 @@ def plot_scaling(report, path):
         bandwidth = rate / 8
         line, = axes[1].plot(ranks, 1e3 * 2 * (ranks - 1) / ranks * 2 * elements / bandwidth,
                              linestyle="--", label=f"ring fp16, {link}")
-        mine = [r for r in report["rows"] if r["pipeline"] == "golomb+fp16"]
-        slope, intercept = np.polyfit([r["ranks"] for r in mine], [r["decode_ms"] / 1e3 for r in mine], 1)
-        gather = (ranks - 1) * mine[0]["payload_bytes"] / bandwidth + intercept + slope * ranks
-        axes[1].plot(ranks, 1e3 * gather, color=line.get_color(), label=f"golomb+fp16 allgather, {link}")
-        slope, intercept = np.polyfit([r["ranks"] for r in mine],
-                                      [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)
-        sparse = 2 * (ranks - 1) / ranks * mine[0]["payload_bytes"] / bandwidth + intercept + slope * ranks
-        axes[1].plot(ranks, 1e3 * sparse, color=line.get_color(), linestyle=":",
-                     label=f"golomb+fp16 sparse allreduce, {link}")
+        models = route_models([r for r in report["rows"] if r["pipeline"] == "golomb+fp16"],
+                              bandwidth)
+        axes[1].plot(ranks, 1e3 * models[""](ranks), color=line.get_color(),
+                     label=f"golomb+fp16 allgather, {link}")
+        axes[1].plot(ranks, 1e3 * models["sparse allreduce "](ranks), color=line.get_color(),
+                     linestyle=":", label=f"golomb+fp16 sparse allreduce, {link}")
     axes[1].set(xscale="log", yscale="log", xlabel="ranks P", ylabel="predicted ms per tensor",
                 title="payloads (allgather, sparse allreduce) vs ring allreduce")
     axes[1].legend(fontsize=7)

@@ -100,11 +100,6 @@ def remove_namespace():
     subprocess.run(["ip", "netns", "delete", NAMESPACE], stderr=subprocess.DEVNULL)
 
 
-def horovod(script, args, timeout, netns=False, folder="torch"):
-    return run([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", PY,
-                str(ROOT / folder / script), *map(str, args)], timeout, netns)
-
-
 def saved_run(job, ranks, args, timeout, netns=True):
     """One horovodrun of `job` (a path from the root) with `--json` to a scratch file, in the
     shaped namespace by default -> what the job saved there (rank 0's)."""
@@ -147,13 +142,11 @@ def step_time(workload, config, steps, warmup, repeats, tries=2):
     runs = []
     for _ in range(repeats):
         for attempt in range(tries):
-            with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                try:
-                    horovod("bench_step.py", [*args, "--json", out.name], timeout=900, netns=True)
-                    runs.append(json.load(open(out.name)))
-                    break
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    print(f"run failed (try {attempt + 1}): {str(exc)[:2000]}", flush=True)
+            try:
+                runs.append(saved_run("torch/bench_step.py", 2, args, 900))
+                break
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"run failed (try {attempt + 1}): {str(exc)[:2000]}", flush=True)
     if not runs:
         return {"median_step_s": float("nan"), "bytes_per_step": float("nan"), "failed": True}
     runs.sort(key=lambda r: r["median_step_s"])
@@ -211,13 +204,9 @@ def synthetic(repeats, rate=None, framework="torch"):
     rows = []
     try:
         for config in configs:
-            runs = []
-            for _ in range(repeats):
-                with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                    horovod("synthetic_benchmark.py", [*CONFIGS[config], "--json", out.name],
-                            timeout=1800, netns=bool(rate), folder=framework)
-                    runs.append(json.load(open(out.name)))
-            runs.sort(key=lambda r: r["img_per_s_total"])
+            runs = sorted((saved_run(f"{framework}/synthetic_benchmark.py", 2, CONFIGS[config],
+                                     1800, netns=bool(rate)) for _ in range(repeats)),
+                          key=lambda r: r["img_per_s_total"])
             rows.append({"config": config, **runs[len(runs) // 2],
                          "runs": [r["img_per_s_total"] for r in runs]})
             print(f"{config}: {rows[-1]['img_per_s_total']:.2f} img/s", flush=True)
@@ -284,17 +273,15 @@ def convergence(quick):
     configs = ["dense fp32", "top-k raw pairs", "entropy+qsgd"] if quick else list(CONFIGS)
     epochs_cnn, epochs_lm = (4, 2) if quick else (8, 3)
     curves = {"digits CNN": {}, "LSTM LM": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        for config in configs:
-            out = Path(tmp) / "history.json"
-            horovod("train_digits.py", ["--no-progress", "--epochs", epochs_cnn, "--json", out,
-                                        *CONFIGS[config]], timeout=1800)
-            curves["digits CNN"][config] = json.loads(out.read_text())["history"]
-            if not quick:
-                horovod("train_lm.py", ["--epochs", epochs_lm, "--steps-per-epoch", 30,
-                                        "--json", out, *CONFIGS[config]], timeout=1800)
-                curves["LSTM LM"][config] = json.loads(out.read_text())["history"]
-            print(f"{config}: done", flush=True)
+    for config in configs:
+        curves["digits CNN"][config] = saved_run(
+            "torch/train_digits.py", 2, ["--no-progress", "--epochs", epochs_cnn, *CONFIGS[config]],
+            1800, netns=False)["history"]
+        if not quick:
+            curves["LSTM LM"][config] = saved_run(
+                "torch/train_lm.py", 2, ["--epochs", epochs_lm, "--steps-per-epoch", 30,
+                                         *CONFIGS[config]], 1800, netns=False)["history"]
+        print(f"{config}: done", flush=True)
     DOCS.mkdir(exist_ok=True)
     (DOCS / "convergence.json").write_text(json.dumps({"quick": quick, "curves": curves}, indent=1))
     report_convergence(curves, configs)

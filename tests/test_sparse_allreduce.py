@@ -13,17 +13,23 @@ from horovod_run import discover, explain, run_checks
 SIZE = 20000
 
 
-def step(pipelines, ranges, grads, codec, name="w"):
-    """One sparse allreduce of each rank's gradient, the alltoall and the allgather done by
-    slicing and concatenating bytes. -> (each rank's total, each owner's reduced message)."""
+def scattered(pipelines, ranges, grads, codec, name="w"):
+    """Every rank's scatter, the alltoall done by slicing bytes. -> (the exchanges, for each
+    owner the pieces every rank sent it, in rank order)."""
     ranks = len(pipelines)
     bounds = ranges[0].bounds(name, grads[0].size, ranks)
     exchanges = [Exchange(p, name, "float32") for p in pipelines]
     sent = [e.scatter(g, bounds.copy(), r, codec, None) for r, (e, g) in enumerate(zip(exchanges, grads))]
     offsets = [np.concatenate([[0], np.cumsum(e.splits)]) for e in exchanges]
-    reduced = [exchanges[owner].reduce(np.concatenate(
-        [sent[r][offsets[r][owner]:offsets[r][owner + 1]] for r in range(ranks)]))
-        for owner in range(ranks)]
+    return exchanges, [[sent[r][offsets[r][owner]:offsets[r][owner + 1]].copy() for r in range(ranks)]
+                       for owner in range(ranks)]
+
+
+def step(pipelines, ranges, grads, codec, name="w"):
+    """One sparse allreduce of each rank's gradient, the alltoall and the allgather done by
+    slicing and concatenating bytes. -> (each rank's total, each owner's reduced message)."""
+    exchanges, pieces = scattered(pipelines, ranges, grads, codec, name)
+    reduced = [e.reduce(np.concatenate(pieces[owner])) for owner, e in enumerate(exchanges)]
     gathered = np.concatenate(reduced)
     return [e.gather(gathered, ranges[r], name)[0] for r, e in enumerate(exchanges)], reduced
 
@@ -145,12 +151,7 @@ def test_a_bad_piece_reaches_one_owner_and_every_rank_raises(damage):
     pipelines = [dr.Pipeline(ratio=0.01, index="golomb", value="fp16") for _ in range(ranks)]
     ranges = [Ranges() for _ in range(ranks)]
     bounds = ranges[0].bounds("w", SIZE, ranks)
-    exchanges = [Exchange(p, "w", "float32") for p in pipelines]
-    sent = [e.scatter(g, bounds.copy(), r, codec, None)
-            for r, (e, g) in enumerate(zip(exchanges, skewed(rng, ranks)))]
-    offsets = [np.concatenate([[0], np.cumsum(e.splits)]) for e in exchanges]
-    pieces = [[sent[r][offsets[r][owner]:offsets[r][owner + 1]].copy() for r in range(ranks)]
-              for owner in range(ranks)]
+    exchanges, pieces = scattered(pipelines, ranges, skewed(rng, ranks), codec)
     bad = pieces[2][1]  # rank 1's piece of rank 2's range
     if damage == "truncated":
         pieces[2][1] = bad[:len(bad) // 2]
