@@ -4,6 +4,7 @@ import pytest
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.compression import density
+from deepreduce_hvd.compression.momentum import MomentumCorrection
 
 
 def one_rank_step(pipeline, gradient):
@@ -138,3 +139,47 @@ def test_density_and_momentum_state_round_trip(rng):
     for _ in range(4):
         g = rng.standard_normal(200).astype(np.float32)
         np.testing.assert_array_equal(one_rank_step(a, g)[1], one_rank_step(b, g)[1])
+
+
+def sparse_deliveries(rng, steps=8, size=5000):
+    """(delivered average, flat positions with repeats) of a few steps, every third one dense."""
+    for step in range(steps):
+        if step % 3 == 2:
+            yield rng.standard_normal(size).astype(np.float32), None
+            continue
+        positions = rng.integers(0, size, 400)
+        delivered = np.zeros(size, np.float32)
+        delivered[positions] = rng.standard_normal(400).astype(np.float32)
+        yield delivered, np.concatenate([positions, positions[:50]])
+
+
+def test_momentum_correction_on_arrived_positions_is_the_dense_formula_bit_for_bit(rng):
+    """A sparse route names where the delivered average arrived: the correction then touches
+    those positions and the last step's, in place, and hands the optimizer the same bits as
+    D_t - m*D_{t-1} over the whole tensor; dense steps between sparse ones too."""
+    sparse, dense = MomentumCorrection(0.9), MomentumCorrection(0.9)
+    previous = None
+    for delivered, positions in sparse_deliveries(rng):
+        sparse.velocity("w", delivered)  # a step starts (its arrivals are cleared)
+        if positions is not None:
+            sparse.arrived("w", positions)
+        expected = delivered if previous is None else delivered - np.float32(0.9) * previous
+        buffer = delivered.copy()
+        handed = sparse.for_optimizer("w", buffer, out=buffer)
+        assert handed is buffer
+        np.testing.assert_array_equal(handed, expected)
+        np.testing.assert_array_equal(dense.for_optimizer("w", delivered), expected)
+        previous = delivered
+    np.testing.assert_array_equal(sparse.state_dict()["delivered"]["w"], previous)
+
+
+def test_the_critical_phase_detector_reads_arrived_positions_as_the_dense_sum(rng):
+    sparse, dense = density.Density(0.01, adaptive=True), density.Density(0.01, adaptive=True)
+    for step, (delivered, positions) in enumerate(sparse_deliveries(rng, steps=23)):
+        scaled = delivered * (1 + step // 5)
+        sparse.observe("w", scaled, positions)
+        dense.observe("w", scaled)
+        assert sparse.decisions() == dense.decisions()
+        a, b = sparse.state_dict()["w"], dense.state_dict()["w"]
+        assert a["norm"] == b["norm"]
+        np.testing.assert_array_equal(a["sum"], b["sum"])

@@ -93,6 +93,24 @@ def test_exploration_tries_each_candidate_then_settles_and_revisits_the_runner_u
     assert measured["entropy+entropy"]["encode"] == 0.002 and measured["golomb+fp16"]["bytes"] == 9000
 
 
+def test_a_candidate_measured_far_slower_than_the_best_is_dropped_after_one_step():
+    """Exploration costs steps on slow codecs: one measured more than EXPLORE_MARGIN times
+    slower than the best measured so far is not tried for the rest of its turn."""
+    for slow_s, expected in ((0.5, 1), (0.006, 2)):  # far slower / within the margin
+        planner, labels = two_candidates(), []
+        golomb = planner.priors["golomb+fp16"]  # the prior's choice: golomb+fp16
+        planner.priors["entropy+entropy"] = golomb._replace(
+            bits_per_selected=golomb.bits_per_selected + 8)
+        cost = {"golomb+fp16": (0.004, 9000), "entropy+entropy": (slow_s, 6000)}
+        for _ in range(12):
+            plan = planner.plan("w", 4_000_000, True)
+            labels.append(plan.label)
+            planner.observe("w", plan, frames_of(*cost[plan.label], 0.001))
+        assert labels[:4] == ["golomb+fp16"] * 4
+        assert labels[4:4 + expected] == ["entropy+entropy"] * expected
+        assert labels[4 + expected:8] == ["golomb+fp16"] * (4 - expected)  # settled
+
+
 def test_observe_keeps_the_least_of_recent_costs_and_decode_of_the_previous_step():
     """Stalls only add time: a cost is the least of the window; a frame's decode time is the
     sender's decode of the previous step, credited to the option used then."""

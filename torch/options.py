@@ -19,6 +19,8 @@ def compression_parser(doc, sparsifier="topk", value="auto"):
                         help="no Accordion critical phases: always select --ratio")
     parser.add_argument("--momentum-correction", action="store_true",
                         help="DGC's momentum correction, for the job's momentum-SGD optimizer")
+    parser.add_argument("--momentum-masking", action="store_true",
+                        help="with --momentum-correction: DGC's momentum factor masking")
     parser.add_argument("--objective", default="time", choices=["time", "bytes"],
                         help="with an 'auto' codec: least predicted time (default) or fewest bytes")
     parser.add_argument("--collective", default="auto",
@@ -57,5 +59,5 @@ def pipeline_config(args):
     return dict(sparsifier=args.sparsifier, ratio=args.ratio, index=args.index, value=args.value,
                 memory=None if args.memory == "none" else "residual", objective=args.objective,
                 bandwidth=args.bandwidth, warmup_steps=args.warmup_steps,
-                collective=args.collective,
+                collective=args.collective, momentum_masking=args.momentum_masking,
                 adaptive_density=not args.fixed_density)

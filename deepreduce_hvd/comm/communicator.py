@@ -242,8 +242,9 @@ class Communicator:
         momentum = flight.state.pipeline.momentum
         if momentum is None or flight.name is None:
             return delivered
-        corrected = self.adapter.host_call(lambda d: momentum.for_optimizer(flight.name, d),
-                                           [delivered], "float32", like=flight.tensor)
+        corrected = self.adapter.host_call(
+            lambda d, out=None: momentum.for_optimizer(flight.name, d, out), [delivered],
+            "float32", like=flight.tensor, out=self.adapter.output_buffer(delivered, True))
         return self.adapter.finish(corrected, flight.tensor)
 
     def _receive(self, reduced, flight):

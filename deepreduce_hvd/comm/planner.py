@@ -18,10 +18,11 @@ calibration on this host and are replaced by the costs measured in the job: ever
 its sender's encode time and last decode time, and the payload sizes are in the frames too.
 A cost is the least of its recent measurements (on shared cores a stall only adds time).
 After a few warm steps each sparse candidate is tried for a few steps before the planner
-settles, and the runner-up is measured again now and then. Where the dense allreduce leads,
-the sparse candidates predicted within EXPLORE_MARGIN of it are tried all the same (a noisy
-calibration must not keep a tensor dense for a whole job), and the best of them is measured
-again now and then.
+settles (one measured EXPLORE_MARGIN times slower than the best measured so far is dropped
+after its first step), and the runner-up is measured again now and then. Where the dense
+allreduce leads, the sparse candidates predicted within EXPLORE_MARGIN of it are tried all
+the same (a noisy calibration must not keep a tensor dense for a whole job), and the best of
+them is measured again now and then.
 
 Every input to a decision is identical on every rank (calibrations are agreed once, the
 measurements arrive in the allgathered frames, step counters advance together), and so is every
@@ -172,6 +173,15 @@ class FixedPlanner:
             return Plan(PASS)
         return Plan(kinds[0] if kinds else self.kind, self.pipeline.codec, "fixed")
 
+    def _outrun(self, state, label):
+        """Whether a contender already measured is predicted more than EXPLORE_MARGIN times
+        slower than the best measured one: its remaining exploration steps are skipped (a slow
+        codec tried for its full turn costs more than its measurement is worth)."""
+        measured = [state.predicted[other] for other in state.explore_order
+                    if other in state.measured and other in state.predicted]
+        return label in state.measured and label in state.predicted and \
+            state.predicted[label] > EXPLORE_MARGIN * min(measured)
+
     def observe(self, name, plan, measured):
         pass
 
@@ -314,12 +324,25 @@ class TimePlanner:
             state.explore_order = tuple(label for label in self.candidates if label in contenders)
         since = state.step - state.explore_start
         explored = self.explore_steps * len(state.explore_order)
-        if since < explored:
-            return state.explore_order[since // self.explore_steps]
+        while since < explored:
+            label = state.explore_order[since // self.explore_steps]
+            if not self._outrun(state, label):
+                return label
+            state.explore_start -= self.explore_steps - since % self.explore_steps
+            since = state.step - state.explore_start
         others = [label for label in contenders if label != state.ranked[0]]
         if others and (since - explored) % self.revisit == self.revisit - 1:
             return others[0]
         return None
+
+    def _outrun(self, state, label):
+        """Whether a contender already measured is predicted more than EXPLORE_MARGIN times
+        slower than the best measured one: its remaining exploration steps are skipped (a slow
+        codec tried for its full turn costs more than its measurement is worth)."""
+        measured = [state.predicted[other] for other in state.explore_order
+                    if other in state.measured and other in state.predicted]
+        return label in state.measured and label in state.predicted and \
+            state.predicted[label] > EXPLORE_MARGIN * min(measured)
 
     def observe(self, name, plan, measured):
         """After a step: for a sparse one, what it cost (Measured: every rank's encode time

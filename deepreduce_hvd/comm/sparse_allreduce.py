@@ -219,6 +219,7 @@ class Exchange:
         else:
             total = out.reshape(-1)
             total.fill(0.0)
+        delivered = None
         if any(frame.kind == frames.NONFINITE for *_, frame in heads):
             total[:] = np.nan
         else:
@@ -230,12 +231,12 @@ class Exchange:
                 lo = int(self.bounds[j])
                 scatter_add(total[lo:int(self.bounds[j + 1])], positions, values, scale)
                 delivered.append(positions + lo)
-            decoded = time.perf_counter()
-            self._settle(np.concatenate(delivered))
+            decoded, delivered = time.perf_counter(), np.concatenate(delivered)
+            self._settle(delivered)
             ranges.rebalance(key, self.bounds, [head[0] for head in heads])
         self.decode_s += (decoded or time.perf_counter()) - start
         self.pipeline.decoded(self.name, total, self.decode_s,
-                              time.perf_counter() - decoded if decoded else 0.0)
+                              time.perf_counter() - decoded if decoded else 0.0, delivered)
         return total, Measured(max(head[2] for head in heads),
                                float(np.mean([head[1] for head in heads])),
                                max(head[-1].decode_s for head in heads))

@@ -47,19 +47,28 @@ class Density:
         watch = self._watch.get(name)
         return watch is None or watch[3]
 
-    def observe(self, name: Optional[str], delivered: np.ndarray) -> None:
-        """Tensor `name`'s delivered (decoded, summed) gradient of one step."""
-        if not self.adaptive or name is None or not np.isfinite(delivered).all():
+    def observe(self, name: Optional[str], delivered: np.ndarray,
+                positions: Optional[np.ndarray] = None) -> None:
+        """Tensor `name`'s delivered (decoded, summed) gradient of one step; `positions`: the
+        flat positions outside which it is zero (repeats allowed), read alone if given."""
+        if not self.adaptive or name is None:
             return
         flat = np.asarray(delivered, dtype=np.float32).reshape(-1)
+        arrived = flat if positions is None else flat[positions]
+        if not np.isfinite(arrived).all():
+            return
         watch = self._watch.get(name)
         if watch is None or watch[0].size != flat.size:
             watch = self._watch[name] = [np.zeros(flat.size, np.float32), 0, None, True]
-        watch[0] += flat
+        if positions is None:
+            watch[0] += flat
+        else:  # read, then write: a repeated position adds once, as the dense sum does
+            watch[0][positions] = watch[0][positions] + arrived
         watch[1] += 1
         if watch[1] < INTERVAL:
             return
-        norm = float(np.sqrt(np.dot(watch[0].astype(np.float64), watch[0].astype(np.float64))))
+        # numpy's own pairwise sum: no BLAS threads, no float64 copy, the same on every rank
+        norm = float(np.sqrt(np.add.reduce(watch[0] * watch[0], dtype=np.float64)))
         last = watch[2]
         watch[3] = last is None or abs(norm - last) >= THRESHOLD * last
         watch[0].fill(0.0)

@@ -388,22 +388,29 @@ class Pipeline:
         else:
             total = out.reshape(-1)
             total.fill(0.0)
+        positions = None
         if any(frame.kind == frames.NONFINITE for frame in received):
             total[:] = np.nan
         else:
+            positions = []
             for values, indices in decode_all([frame.payload for frame in received], shape,
                                               dtype_name):
                 scatter_add(total, indices, values, scale)
-        self.decoded(name, total, time.perf_counter() - start)
+                positions.append(indices)
+            positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+        self.decoded(name, total, time.perf_counter() - start, positions=positions)
         return total.reshape(shape), received
 
-    def decoded(self, name, total, seconds, feedback_s=0.0):
+    def decoded(self, name, total, seconds, feedback_s=0.0, positions=None):
         """Tensor `name`'s delivered `total` took `seconds` to decode, and `feedback_s` of
         error feedback on receipt (the sparse allreduce's settling: encode time in the stats,
         as compress's residual update is); their sum goes to the planner in the next frames.
-        A finite total is what the critical-phase detector watches."""
-        if np.isfinite(total[:1]).all():
-            self.density.observe(name, total)
+        positions: the flat positions outside which the total is zero (None: it is NaN). The
+        critical-phase detector and the momentum correction read those alone."""
+        if positions is not None:
+            self.density.observe(name, total, positions)
+            if self.momentum is not None and name is not None:
+                self.momentum.arrived(name, positions)
         self._last_decode[name] = seconds + feedback_s
         self.stats.decode_s += seconds
         self.stats.encode_s += feedback_s
