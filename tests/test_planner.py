@@ -182,6 +182,36 @@ def test_cpu_costs_are_calibrated_at_the_base_ratio():
     assert eager["golomb+fp16"].bits_per_selected == plain["golomb+fp16"].bits_per_selected
 
 
+def test_candidates_are_explored_once_the_density_warm_up_is_over():
+    """Costs measured while the warm-up's count moves every step are dropped as it drifts,
+    and a slow candidate tried at 25% costs seconds: exploration waits for the warm-up."""
+    pipeline = dr.Pipeline(ratio=0.01, warmup_steps=8)
+    planner = TimePlanner(pipeline, {"allreduce": GBIT, "allgather": GBIT}, 2,
+                          two_candidates().priors, TWO, warm_steps=2, explore_steps=2)
+    for step in range(12):
+        plan = planner.plan("w", 4_000_000, True)
+        if plan.kind == ALLGATHER:
+            planner.observe("w", plan, frames_of(0.004, 9000, 0.001))
+        pipeline.set_steps({"w": step + 1})
+    assert planner.state_dict()["w"]["explore_start"] == 8
+
+
+def test_encoding_is_priced_by_the_count_selected():
+    """A warm-up or a critical phase selects several times the ratio: the calibrated prior
+    charges encoding per selected element (measured at 4x the ratio), not only per element
+    of the tensor, so a 4x count is predicted to cost more to encode."""
+    from deepreduce_hvd.comm.calibration import calibrate_cpu
+    costs = calibrate_cpu(dr.Pipeline(ratio=0.01), [("golomb", "fp16")], repeats=1)
+    prior = costs["golomb+fp16"]
+    assert prior.encode_per_selected > 0
+    planner = TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": GBIT, "allgather": GBIT}, 2,
+                          {**priors(), **costs}, [("golomb", "fp16")])
+    known = {"golomb+fp16": {"bytes": [1000.0], "decode": [0.001]}}  # the encode from the prior
+    more = planner._predict("golomb+fp16", 4_000_000, 160_000, known)
+    less = planner._predict("golomb+fp16", 4_000_000, 40_000, known)
+    assert more - less == pytest.approx(120_000 * prior.encode_per_selected)
+
+
 def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins():
     """A noisy calibration that ranks the dense allreduce first must not keep the tensor
     dense for the whole job: candidates predicted within EXPLORE_MARGIN are measured, and a

@@ -19,10 +19,12 @@ def _fit_line(points):
     return max(y0 - slope * x0, 0.0), slope
 
 
-def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3):
+def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3, denser=4):
     """Costs of each option on this host, from a synthetic gradient (normal values): for the
-    sparse candidates, compress and decompress at two sizes; for the dense options, the
-    compensation and fp16 cast. -> {label: Costs}."""
+    sparse candidates, compress and decompress at two sizes, and compress the larger at
+    `denser` times the ratio (encoding grows with the count a warm-up or a critical phase
+    selects, the selection pass with the size); for the dense options, the compensation and
+    fp16 cast. -> {label: Costs}."""
     rng = np.random.default_rng(0)
     grads = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
     # at the base ratio: the costs are per selected element, and the planner scales them by
@@ -50,8 +52,15 @@ def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3):
         k_large = max(scratch.selection_count(sizes[1]), 1)
         enc_fixed, enc_slope = _fit_line(enc)
         dec_fixed, dec_slope = _fit_line(dec)
-        costs[option_label(index, value)] = Costs(enc_fixed, enc_slope, 0.0, dec_fixed, 0.0,
-                                          dec_slope * sizes[1] / k_large, bits[1])
+        per_selected = 0.0
+        busier = Pipeline(**{**scratch.get_config(), "ratio": min(1.0, denser * pipeline.ratio)})
+        k_dense = busier.selection_count(sizes[1])
+        if k_dense > k_large:
+            seconds = best(lambda: busier.compress(f"calibration.{sizes[1]}", grads[sizes[1]]))[0]
+            per_selected = max(seconds - enc[1][1], 0.0) / (k_dense - k_large)
+            enc_slope = max(enc_slope - per_selected * k_large / sizes[1], 0.0)
+        costs[option_label(index, value)] = Costs(enc_fixed, enc_slope, per_selected, dec_fixed,
+                                                  0.0, dec_slope * sizes[1] / k_large, bits[1])
     scratch = Pipeline(**{**config, "memory": "residual"})
     for label, half in ((ALLREDUCE, False), (ALLREDUCE_FP16, True)):
         points = [(n, best(lambda: scratch.compress_dense(f"calibration.{n}", grads[n], half))[0])

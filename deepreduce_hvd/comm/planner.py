@@ -259,7 +259,7 @@ class TimePlanner:
         seen = measured.get(label, {})
         nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
         encode = min(seen["encode"]) if "encode" in seen else (
-            prior.encode_fixed + prior.encode_per_element * n)
+            prior.encode_fixed + prior.encode_per_element * n + prior.encode_per_selected * k)
         link = self.links["allgather"]
         if self.kind_of[label] == SPARSE_ALLREDUCE:  # pieces of ~k/P to each owner, ~k/P back
             decode = min(seen["decode"]) if "decode" in seen else (   # from each: ~2k decoded
@@ -314,11 +314,14 @@ class TimePlanner:
 
     def _explore(self, state):
         """The candidate to measure at this step, or None. From the first step past the warm
-        ones with a contender, each contender in candidate order for explore_steps steps; then
-        once every `revisit` steps the best contender that is not the choice."""
+        ones and the density warm-up with a contender, each contender in candidate order for
+        explore_steps steps; then once every `revisit` steps the best contender that is not
+        the choice. (Measured during the warm-up, a codec is timed at densities the job then
+        leaves: at 25% a slow candidate's turn costs seconds, and its figures are dropped.)"""
         contenders = self._contenders(state)
         if state.explore_start is None:
-            if state.step < self.warm_steps or not contenders:
+            warm = max(self.warm_steps, self.pipeline.warmup_steps)
+            if state.step < warm or not contenders:
                 return None
             state.explore_start = state.step
             state.explore_order = tuple(label for label in self.candidates if label in contenders)
