@@ -173,15 +173,6 @@ class FixedPlanner:
             return Plan(PASS)
         return Plan(kinds[0] if kinds else self.kind, self.pipeline.codec, "fixed")
 
-    def _outrun(self, state, label):
-        """Whether a contender already measured is predicted more than EXPLORE_MARGIN times
-        slower than the best measured one: its remaining exploration steps are skipped (a slow
-        codec tried for its full turn costs more than its measurement is worth)."""
-        measured = [state.predicted[other] for other in state.explore_order
-                    if other in state.measured and other in state.predicted]
-        return label in state.measured and label in state.predicted and \
-            state.predicted[label] > EXPLORE_MARGIN * min(measured)
-
     def observe(self, name, plan, measured):
         pass
 
