@@ -289,13 +289,20 @@ def bench_scaling(gradients, density, repeats=3):
     return {"tensor": name, "elements": grad.size, "density": density, "rows": rows, "model": model}
 
 
+def decode_fits(mine):
+    """{"decode_ms": (slope, intercept), "sparse_allreduce_decode_ms": ...}: one pipeline's
+    measured decode seconds per tensor, fitted linear in the ranks P."""
+    ranks = [r["ranks"] for r in mine]
+    return {key: np.polyfit(ranks, [r[key] / 1e3 for r in mine], 1)
+            for key in ("decode_ms", "sparse_allreduce_decode_ms")}
+
+
 def route_models(mine, bandwidth):
     """{"" (the allgather), "sparse allreduce ": P -> predicted seconds} for one pipeline's
-    rows: bytes over the link + decoding (the measured decode times fitted linear in P)."""
-    ranks, payload = [r["ranks"] for r in mine], mine[0]["payload_bytes"]
-    slope, intercept = np.polyfit(ranks, [r["decode_ms"] / 1e3 for r in mine], 1)
-    sparse_slope, sparse_intercept = np.polyfit(
-        ranks, [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)
+    rows: bytes over the link + decoding (decode_fits)."""
+    payload, fits = mine[0]["payload_bytes"], decode_fits(mine)
+    (slope, intercept), (sparse_slope, sparse_intercept) = (
+        fits["decode_ms"], fits["sparse_allreduce_decode_ms"])
     return {"": lambda p: (p - 1) * payload / bandwidth + intercept + slope * p,
             "sparse allreduce ": lambda p: 2 * (p - 1) / p * payload / bandwidth
             + sparse_intercept + sparse_slope * p}
@@ -323,11 +330,10 @@ def crossover_model(rows, elements, most_ranks=1024):
                             break
                         limit = ranks
                     out[f"{pipeline} {route}vs {dense} at {link}"] = limit
-        ranks = [r["ranks"] for r in mine]
-        out[f"{pipeline} decode ms per payload"] = 1e3 * np.polyfit(
-            ranks, [r["decode_ms"] / 1e3 for r in mine], 1)[0]
-        out[f"{pipeline} sparse allreduce decode ms per rank"] = 1e3 * np.polyfit(
-            ranks, [r["sparse_allreduce_decode_ms"] / 1e3 for r in mine], 1)[0]
+        fits = decode_fits(mine)
+        out[f"{pipeline} decode ms per payload"] = 1e3 * fits["decode_ms"][0]
+        out[f"{pipeline} sparse allreduce decode ms per rank"] = \
+            1e3 * fits["sparse_allreduce_decode_ms"][0]
     return out
 
 

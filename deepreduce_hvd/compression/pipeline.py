@@ -392,12 +392,13 @@ class Pipeline:
         if any(frame.kind == frames.NONFINITE for frame in received):
             total[:] = np.nan
         else:
-            positions = []
+            arrived = []
             for values, indices in decode_all([frame.payload for frame in received], shape,
                                               dtype_name):
                 scatter_add(total, indices, values, scale)
-                positions.append(indices)
-            positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+                arrived.append(indices)
+            if self.density.adaptive or self.momentum is not None:  # the only readers
+                positions = np.concatenate(arrived) if arrived else np.zeros(0, np.int64)
         self.decoded(name, total, time.perf_counter() - start, positions=positions)
         return total.reshape(shape), received
 
@@ -405,8 +406,9 @@ class Pipeline:
         """Tensor `name`'s delivered `total` took `seconds` to decode, and `feedback_s` of
         error feedback on receipt (the sparse allreduce's settling: encode time in the stats,
         as compress's residual update is); their sum goes to the planner in the next frames.
-        positions: the flat positions outside which the total is zero (None: it is NaN). The
-        critical-phase detector and the momentum correction read those alone."""
+        positions: the flat positions outside which the total is zero, for the critical-phase
+        detector and the momentum correction, which read those alone (None: the total is NaN,
+        or neither is on)."""
         if positions is not None:
             self.density.observe(name, total, positions)
             if self.momentum is not None and name is not None:
