@@ -1,4 +1,5 @@
 """The time-aware planner's choices, from given link models and CPU costs (no calibration)."""
+import numpy as np
 import pytest
 
 import deepreduce_hvd as dr
@@ -236,6 +237,32 @@ def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins()
         assert (labels[-1] != plans.dense) == expect_sparse, labels
 
 
+def test_a_threshold_sparsifier_is_measured_before_its_whole_tensor_prior_keeps_it_dense():
+    """The threshold sparsifier's count is known only once sent, so its prior prices every
+    element: each candidate is still tried (for one step while it is predicted more than
+    EXPLORE_MARGIN times the dense option), and the measured cheap one takes over."""
+    from deepreduce_hvd.comm.planner import EXPLORE_MARGIN
+    plans = TimePlanner(dr.Pipeline(sparsifier="threshold"), {"allreduce": GBIT, "allgather": GBIT},
+                        2, two_candidates().priors, TWO, warm_steps=2, explore_steps=2, revisit=5)
+    size = 2_600_000
+    assert plans.pipeline.selection_count(size, "w") == size
+    for label in plans.candidates:
+        assert plans._predict(label, size, size, {}) > EXPLORE_MARGIN * plans._predict(
+            plans.dense, size, size, {})
+    cost = {"golomb+fp16": (0.002, 300_000), "entropy+entropy": (0.5, 6_000_000)}
+    labels = []
+    for _ in range(12):
+        plan = plans.plan("w", size, True)
+        labels.append(plan.label)
+        if plan.kind == ALLGATHER:
+            plans.observe("w", plan, frames_of(*cost[plan.label], 0.002))
+    assert labels[:2] == [plans.dense] * 2
+    # each is dropped after its first step (its decode is still priced at the whole tensor,
+    # and entropy's encode is measured far slower), then the measured cheap one is chosen
+    assert labels[2:4] == ["golomb+fp16", "entropy+entropy"], labels
+    assert labels[4:8] == ["golomb+fp16"] * 4, labels
+
+
 @pytest.mark.parametrize("collective,ranks,sar,gather", [
     ("auto", 4, False, True), ("auto", 16, True, True), ("allgather", 64, False, True),
     ("sparse_allreduce", 2, True, False)])
@@ -260,3 +287,23 @@ def test_at_many_ranks_the_sparse_allreduce_is_predicted_faster_than_the_allgath
         gather = predicted("allgather", "golomb+fp16", ranks)
         sar = predicted("sparse_allreduce", "sar:golomb+fp16", ranks)
         assert (sar < gather) == sar_leads, (ranks, sar, gather)
+
+
+def test_the_threshold_sparsifier_weighs_exact_values():
+    """At threshold 0 a lossy codec's rounding, kept by error feedback, is sent again at the
+    next step: exact values keep a row-sparse gradient at its own rows."""
+    from deepreduce_hvd.comm.planner import candidates
+    assert [v for _, v in candidates("auto", "auto", 0.05, "threshold")][:2] == ["raw", "fp16"]
+    assert "raw" not in [v for _, v in candidates("auto", "auto", 0.05, "topk")]
+    rng = np.random.default_rng(0)
+    supports = {}
+    for value in ("raw", "fp16"):
+        pipeline, sizes = dr.Pipeline(sparsifier="threshold", index="golomb", value=value), []
+        for step in range(6):
+            grad = np.zeros((200, 64), np.float32)
+            grad[rng.choice(200, 10, replace=False)] = rng.standard_normal((10, 64)) / 3
+            frame = pipeline.compress("emb", grad)
+            sizes.append(np.count_nonzero(pipeline.decompress(frame, grad.shape, "float32", 1)[0]))
+        supports[value] = sizes
+    assert all(n <= 10 * 64 for n in supports["raw"])
+    assert supports["fp16"][-1] > 2 * 10 * 64

@@ -21,7 +21,7 @@ from train_digits import make_compression, sent_bytes
 
 
 def parse_args():
-    parser = compression_parser(__doc__, sparsifier="threshold", value="qsgd")
+    parser = compression_parser(__doc__, sparsifier="threshold")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--steps-per-epoch", type=int, default=60)
     parser.add_argument("--lr", type=float, default=1.0)

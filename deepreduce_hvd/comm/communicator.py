@@ -125,7 +125,7 @@ class Communicator:
             return FixedPlanner(pipeline, collective)
         max_error = pipeline.codec.get_config()["value"].get("max_error", 0.05) \
             if is_auto(options.value) else None
-        pairs = candidates(options.index, options.value, max_error)
+        pairs = candidates(options.index, options.value, max_error, pipeline.sparsifier)
         ranks = self.adapter.set_size(process_set)
         if state.calibration is None or state.calibration[2] != ranks:
             links, priors = calibrate(self.adapter, process_set, pipeline, pairs, options.bandwidth)

@@ -18,11 +18,12 @@ calibration on this host and are replaced by the costs measured in the job: ever
 its sender's encode time and last decode time, and the payload sizes are in the frames too.
 A cost is the least of its recent measurements (on shared cores a stall only adds time).
 After a few warm steps each sparse candidate is tried for a few steps before the planner
-settles (one measured EXPLORE_MARGIN times slower than the best measured so far is dropped
-after its first step), and the runner-up is measured again now and then. Where the dense
-allreduce leads, the sparse candidates predicted within EXPLORE_MARGIN of it are tried all
-the same (a noisy calibration must not keep a tensor dense for a whole job), and the best of
-them is measured again now and then.
+settles (one measured EXPLORE_MARGIN times slower than the best measured so far, or than
+the dense option, is dropped after its first step), and the runner-up is measured again now
+and then. Where the dense allreduce leads, the sparse candidates predicted within
+EXPLORE_MARGIN of it are tried all the same (a noisy calibration must not keep a tensor dense
+for a whole job), and the best of them is measured again now and then; so is each candidate
+of the threshold sparsifier once, whose count is unknown until a step sends it.
 
 Every input to a decision is identical on every rank (calibrations are agreed once, the
 measurements arrive in the allgathered frames, step counters advance together), and so is every
@@ -51,6 +52,10 @@ SPARSE_ALLREDUCE_MIN_RANKS = 16
 FALLBACK = ("golomb", "raw")  # exact for any finite values: what a failing candidate is replaced by
 CANDIDATE_INDICES = ("golomb", "entropy")  # what "auto" means in the time-aware mode
 CANDIDATE_VALUES = ("fp16", "entropy")     # (entropy at 0.8 x max_error: the fit's own slack)
+# the threshold sparsifier sends every value above tau, and at tau = 0 a lossy codec's error
+# left in the residual is itself sent at the next step, and the next: exact values keep a
+# naturally sparse gradient (an embedding's rows) at its own support
+THRESHOLD_CANDIDATE_VALUES = ("raw", "fp16")
 WARM_STEPS = 3           # steps on the prior's choice before exploring (first steps are slow)
 STEPS_PER_CANDIDATE = 3  # measurements of each sparse candidate while exploring
 REVISIT = 25             # then every REVISIT steps the runner-up is measured once more
@@ -120,14 +125,15 @@ def option_label(index, value):
     return f"{name(index)}+{name(value)}"
 
 
-def candidates(index, value, max_error):
+def candidates(index, value, max_error, sparsifier="topk"):
     """The sparse (index, value) pairs the time-aware planner chooses among: the given codec,
-    or for "auto" each of CANDIDATE_INDICES / CANDIDATE_VALUES (exact values when max_error
-    is 0)."""
+    or for "auto" each of CANDIDATE_INDICES / CANDIDATE_VALUES (THRESHOLD_CANDIDATE_VALUES
+    for the threshold sparsifier; exact values when max_error is 0)."""
     if is_auto(value):
         values = ["raw"] if max_error == 0 else [
             {"id": "entropy", "max_error": 0.8 * max_error} if v == "entropy" else v
-            for v in CANDIDATE_VALUES]
+            for v in (THRESHOLD_CANDIDATE_VALUES if sparsifier == "threshold"
+                      else CANDIDATE_VALUES)]
     else:
         values = [value]
     indices = list(CANDIDATE_INDICES) if is_auto(index) else [index]
@@ -295,13 +301,17 @@ class TimePlanner:
 
     def _contenders(self, state):
         """The sparse options worth measuring, best predicted first: all of them where one
-        leads, else those within EXPLORE_MARGIN of the dense option that leads."""
+        leads, else those within EXPLORE_MARGIN of the dense option that leads, and those not
+        yet measured when the count selected is unknown before it is sent (the threshold
+        sparsifier: its prior prices every element, as if the whole tensor were sent)."""
         sparse = [label for label in state.ranked if label in self.candidates]
         leader = state.ranked[0]
         if leader in self.candidates:
             return sparse
+        unknown_count = self.pipeline.sparsifier == "threshold"
         return [label for label in sparse
-                if state.predicted[label] <= EXPLORE_MARGIN * state.predicted[leader]]
+                if state.predicted[label] <= EXPLORE_MARGIN * state.predicted[leader]
+                or (unknown_count and label not in state.measured)]
 
     def _explore(self, state):
         """The candidate to measure at this step, or None. From the first step past the warm
@@ -331,12 +341,13 @@ class TimePlanner:
 
     def _outrun(self, state, label):
         """Whether a contender already measured is predicted more than EXPLORE_MARGIN times
-        slower than the best measured one: its remaining exploration steps are skipped (a slow
-        codec tried for its full turn costs more than its measurement is worth)."""
-        measured = [state.predicted[other] for other in state.explore_order
-                    if other in state.measured and other in state.predicted]
+        slower than the best measured one or the dense option: its remaining exploration
+        steps are skipped (a slow codec tried for its full turn costs more than its
+        measurement is worth)."""
+        best = [state.predicted[other] for other in (*state.explore_order, self.dense)
+                if (other in state.measured or other == self.dense) and other in state.predicted]
         return label in state.measured and label in state.predicted and \
-            state.predicted[label] > EXPLORE_MARGIN * min(measured)
+            state.predicted[label] > EXPLORE_MARGIN * min(best)
 
     def observe(self, name, plan, measured):
         """After a step: for a sparse one, what it cost (Measured: every rank's encode time
