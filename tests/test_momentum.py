@@ -183,3 +183,49 @@ def test_the_critical_phase_detector_reads_arrived_positions_as_the_dense_sum(rn
         a, b = sparse.state_dict()["w"], dense.state_dict()["w"]
         assert a["norm"] == b["norm"]
         np.testing.assert_array_equal(a["sum"], b["sum"])
+
+
+def test_local_clipping_matches_a_hand_computed_case():
+    """DGC's local gradient clipping: a gradient longer than local_clip_norm enters the
+    velocity (and so the residual) scaled to that norm; a shorter one unchanged. Hand case:
+    g1 = (3, 4) (norm 5) clipped to 1 -> (0.6, 0.8); u1 = g1'; g2 = (0.3, 0) stays; u2 =
+    0.5 * u1 + g2 = (0.6, 0.4); top-1 sends 0.6 at 0 at both steps."""
+    pipeline = dr.Pipeline(ratio=0.5, index="raw", value="raw", min_size=0, momentum=0.5,
+                           local_clip_norm=1.0)
+    delivered, _ = one_rank_step(pipeline, np.array([3.0, 4.0], np.float32))
+    np.testing.assert_allclose(delivered, [0.0, 0.8], rtol=1e-6)
+    np.testing.assert_allclose(pipeline.memory.residual("w"), [0.6, 0.0], rtol=1e-6)
+    delivered, _ = one_rank_step(pipeline, np.array([0.3, 0.0], np.float32))
+    # velocity (0.3 + 0.3, 0.4); compensated with the residual: (1.2, 0.4)
+    np.testing.assert_allclose(delivered, [1.2, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(pipeline.memory.residual("w"), [0.0, 0.4], rtol=1e-6)
+
+
+@pytest.mark.parametrize("route", ["sparse", "dense"])
+def test_local_clipping_is_the_same_on_both_routes_and_loses_nothing_it_let_in(route, rng):
+    """What error feedback takes in is the clipped gradient, on the sparse and the dense
+    route alike: sum of delivered + residual = sum of clipped gradients; NaN still passes."""
+    pipeline = dr.Pipeline(ratio=0.05, index="golomb", value="raw", min_size=0,
+                           local_clip_norm=2.0)
+    sent = fed = 0
+    for step in range(20):
+        g = rng.standard_normal(400).astype(np.float32) * (0.01 if step % 3 else 1.0)
+        if route == "sparse":
+            frame = pipeline.compress("w", g)
+            delivered, _ = pipeline.decompress(frame, g.shape, "float32", ranks=1, name="w")
+        else:
+            delivered = pipeline.compress_dense("w", g)
+        norm = np.linalg.norm(g)
+        sent, fed = sent + delivered, fed + g * min(1.0, 2.0 / norm)
+        assert np.linalg.norm(delivered) <= 2.0 * (step + 1) + 1e-4
+    np.testing.assert_allclose(sent + pipeline.memory.residual("w"), fed, rtol=1e-5, atol=1e-5)
+    g = np.full(400, np.nan, np.float32)
+    delivered = pipeline.compress_dense("w", g) if route == "dense" else pipeline.decompress(
+        pipeline.compress("w", g), g.shape, "float32", ranks=1, name="w")[0]
+    assert np.isnan(delivered).all()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "1"])
+def test_local_clip_norm_is_checked(bad):
+    with pytest.raises(dr.DeepReduceError, match="local_clip_norm"):
+        dr.Pipeline(local_clip_norm=bad)

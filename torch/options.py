@@ -21,6 +21,8 @@ def compression_parser(doc, sparsifier="topk", value="auto"):
                         help="DGC's momentum correction, for the job's momentum-SGD optimizer")
     parser.add_argument("--momentum-masking", action="store_true",
                         help="with --momentum-correction: DGC's momentum factor masking")
+    parser.add_argument("--local-clip-norm", type=float, default=None,
+                        help="DGC's local gradient clipping: each rank's per-tensor L2 bound")
     parser.add_argument("--objective", default="time", choices=["time", "bytes"],
                         help="with an 'auto' codec: least predicted time (default) or fewest bytes")
     parser.add_argument("--collective", default="auto",
@@ -60,4 +62,4 @@ def pipeline_config(args):
                 memory=None if args.memory == "none" else "residual", objective=args.objective,
                 bandwidth=args.bandwidth, warmup_steps=args.warmup_steps,
                 collective=args.collective, momentum_masking=args.momentum_masking,
-                adaptive_density=not args.fixed_density)
+                local_clip_norm=args.local_clip_norm, adaptive_density=not args.fixed_density)

@@ -30,6 +30,10 @@ class Options:
         (compression/momentum.py; default 0: off). The PyTorch class reads it from the
         optimizer: name_parameters(..., optimizer=opt). momentum_masking: DGC's momentum
         factor masking (default False). Needs memory="residual"; runs on the host.
+      local_clip_norm: DGC's local gradient clipping (default None: off): each rank scales its
+        gradient of a tensor to at most this L2 norm before error feedback (and the momentum
+        correction's velocity) take it in; to match clipping the averaged gradient of N ranks
+        at C, DGC's rule is C * sqrt(N). Runs on the host.
       objective: "time" (default): with an "auto" codec, each tensor takes the way with the
         least predicted time, Horovod's own fp32 or fp16 allreduce included; "bytes": the
         smallest payload every time.
@@ -59,7 +63,8 @@ class Options:
                  process_set: Any = None, warmup_steps: int = 0,
                  device_path: Union[str, bool] = "auto", hierarchical: bool = False,
                  adaptive_density: bool = True, momentum: float = 0.0,
-                 momentum_masking: bool = False, collective: str = "auto",
+                 momentum_masking: bool = False, local_clip_norm: Optional[float] = None,
+                 collective: str = "auto",
                  **unknown: Any) -> None:
         if unknown:
             raise DeepReduceError(f"DeepReduce got unknown options {sorted(unknown)}")
@@ -75,7 +80,7 @@ class Options:
                              value=value, arrangement=arrangement, memory=memory,
                              min_size=min_size, seed=seed, warmup_steps=warmup_steps,
                              adaptive_density=adaptive_density, momentum=momentum,
-                             momentum_masking=momentum_masking)
+                             momentum_masking=momentum_masking, local_clip_norm=local_clip_norm)
         Pipeline(**self.pipeline)  # validates the pipeline's options
         self.index, self.value = index, value
         self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)

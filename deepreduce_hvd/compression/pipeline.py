@@ -18,6 +18,7 @@ import numpy as np
 
 from ..codecs.sparse_codec import Buffer, CodecSpec, SparseCodec, decode_unordered
 from ..engine.halves import to_half
+from ..engine.norms import l2_norm
 from ..engine.scatter import scatter_add
 from ..errors import DeepReduceError
 from ..wire import frames
@@ -103,6 +104,10 @@ class Pipeline:
     here; DeepReduce turns it on).
     momentum: the momentum of the job's SGD optimizer, for DGC's momentum correction
     (compression/momentum.py; 0: off); momentum_masking: DGC's momentum factor masking.
+    local_clip_norm: DGC's local gradient clipping (default None: off): this rank's gradient
+    of a tensor is scaled to an L2 norm of at most this before it enters the velocity or the
+    residual, since each rank accumulates on its own (clipping the average would come too
+    late). DGC's rule for a bound C on the averaged gradient of N ranks: C * sqrt(N).
 
     A gradient holding NaN or Inf is not encoded: every rank receives NaN for that tensor
     (as a dense allreduce would deliver NaN; an AMP loss scaler then skips the step), and its
@@ -113,7 +118,8 @@ class Pipeline:
                  index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
                  memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
                  warmup_steps: int = 0, adaptive_density: bool = False, momentum: float = 0.0,
-                 momentum_masking: bool = False) -> None:
+                 momentum_masking: bool = False, local_clip_norm: Optional[float] = None
+                 ) -> None:
         if sparsifier not in SPARSIFIERS:
             raise DeepReduceError(f"sparsifier must be one of {SPARSIFIERS}, not {sparsifier!r}")
         sparsify.check_threshold(threshold)
@@ -129,6 +135,12 @@ class Pipeline:
                               ("momentum_masking", momentum_masking)):
             if not isinstance(setting, bool):
                 raise DeepReduceError(f"{flag} must be True or False, not {setting!r}")
+        if local_clip_norm is not None and (
+                isinstance(local_clip_norm, bool) or not isinstance(local_clip_norm, (int, float))
+                or not math.isfinite(local_clip_norm) or local_clip_norm <= 0):
+            raise DeepReduceError("local_clip_norm must be None or a positive finite number, "
+                                  f"not {local_clip_norm!r}")
+        self.local_clip_norm = None if local_clip_norm is None else float(local_clip_norm)
         self.density = Density(ratio, warmup_steps, adaptive_density)
         if check_momentum(momentum) and memory != "residual":
             raise DeepReduceError("momentum correction needs memory='residual' (the velocity "
@@ -150,7 +162,8 @@ class Pipeline:
                 "min_size": self.min_size, "warmup_steps": self.warmup_steps,
                 "adaptive_density": self.density.adaptive,
                 "momentum": self.momentum.momentum if self.momentum else 0.0,
-                "momentum_masking": bool(self.momentum and self.momentum.masking)}
+                "momentum_masking": bool(self.momentum and self.momentum.masking),
+                "local_clip_norm": self.local_clip_norm}
 
     def state_dict(self) -> dict:
         """What this pipeline's next steps depend on: the residuals (error feedback), each
@@ -251,12 +264,23 @@ class Pipeline:
         return frame
 
     def _pick(self, name, dense):
-        """The velocity (momentum correction), compensated and selected: see
-        _compensated_selection."""
+        """The (clipped) gradient's velocity (momentum correction), compensated and selected:
+        see _compensated_selection."""
         work = np.asarray(dense, dtype=np.float32) if dense.dtype.name in ("bfloat16", "float16") else dense
+        work = self._clipped(work)
         if self.momentum is not None and name is not None:
             work = self.momentum.velocity(name, work)
         return self._compensated_selection(name, work)
+
+    def _clipped(self, gradient):
+        """The gradient scaled to L2 norm local_clip_norm if it is longer (a new array), else
+        itself; a non-finite one is left for the non-finite path."""
+        if self.local_clip_norm is None:
+            return gradient
+        norm = l2_norm(np.asarray(gradient, dtype=np.float32))
+        if not math.isfinite(norm) or norm <= self.local_clip_norm:
+            return gradient
+        return np.multiply(gradient, np.float32(self.local_clip_norm / norm), dtype=np.float32)
 
     def _feed_back(self, name, picked, delivered):
         """Error feedback once encoded: the receivers get `delivered` = (positions, values),
@@ -423,6 +447,7 @@ class Pipeline:
         reset if the gradient or its fp16 cast is not finite)."""
         start = time.perf_counter()
         memory = self.memory if name is not None else None
+        dense = self._clipped(dense)
         if memory is not None:
             if self.momentum is not None:
                 dense = self.momentum.velocity(name, dense)
