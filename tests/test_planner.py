@@ -239,8 +239,9 @@ def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins()
 
 def test_a_threshold_sparsifier_is_measured_before_its_whole_tensor_prior_keeps_it_dense():
     """The threshold sparsifier's count is known only once sent, so its prior prices every
-    element: each candidate is still tried (for one step while it is predicted more than
-    EXPLORE_MARGIN times the dense option), and the measured cheap one takes over."""
+    element: the candidates are still tried (for one step while one is predicted more than
+    EXPLORE_MARGIN times the dense option), and a measured cheap one takes over; where the
+    first one tried measures far slower than dense, the others are not tried at all."""
     from deepreduce_hvd.comm.planner import EXPLORE_MARGIN
     plans = TimePlanner(dr.Pipeline(sparsifier="threshold"), {"allreduce": GBIT, "allgather": GBIT},
                         2, two_candidates().priors, TWO, warm_steps=2, explore_steps=2, revisit=5)
@@ -261,6 +262,16 @@ def test_a_threshold_sparsifier_is_measured_before_its_whole_tensor_prior_keeps_
     # and entropy's encode is measured far slower), then the measured cheap one is chosen
     assert labels[2:4] == ["golomb+fp16", "entropy+entropy"], labels
     assert labels[4:8] == ["golomb+fp16"] * 4, labels
+    cost["golomb+fp16"] = (0.5, 6_000_000)  # a dense gradient: sent whole, slowly
+    plans = TimePlanner(dr.Pipeline(sparsifier="threshold"), {"allreduce": GBIT, "allgather": GBIT},
+                        2, two_candidates().priors, TWO, warm_steps=2, explore_steps=2, revisit=5)
+    labels = []
+    for _ in range(40):
+        plan = plans.plan("w", size, True)
+        labels.append(plan.label)
+        if plan.kind == ALLGATHER:
+            plans.observe("w", plan, frames_of(*cost[plan.label], 0.002))
+    assert labels.count("golomb+fp16") == 1 and "entropy+entropy" not in labels, labels
 
 
 @pytest.mark.parametrize("collective,ranks,sar,gather", [

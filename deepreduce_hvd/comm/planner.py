@@ -255,6 +255,8 @@ class TimePlanner:
             return cpu + link.allreduce(n * prior.bits_per_selected / 8, self.ranks) - link.latency
         seen = measured.get(label, {})
         nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
+        if "bytes" in seen and self.pipeline.sparsifier == "threshold":  # the count it sent
+            k = min(k, 8 * nbytes / max(prior.bits_per_selected, 1e-9))
         encode = min(seen["encode"]) if "encode" in seen else (
             prior.encode_fixed + prior.encode_per_element * n + prior.encode_per_selected * k)
         link = self.links["allgather"]
@@ -301,17 +303,17 @@ class TimePlanner:
 
     def _contenders(self, state):
         """The sparse options worth measuring, best predicted first: all of them where one
-        leads, else those within EXPLORE_MARGIN of the dense option that leads, and those not
-        yet measured when the count selected is unknown before it is sent (the threshold
-        sparsifier: its prior prices every element, as if the whole tensor were sent)."""
+        leads, else those within EXPLORE_MARGIN of the dense option that leads, and, while none
+        is measured yet, every one when the count selected is unknown before it is sent (the
+        threshold sparsifier: its prior prices every element, as if the whole tensor were
+        sent; the first measurement tells whether sending it sparse can pay)."""
         sparse = [label for label in state.ranked if label in self.candidates]
         leader = state.ranked[0]
         if leader in self.candidates:
             return sparse
-        unknown_count = self.pipeline.sparsifier == "threshold"
+        unknown_count = self.pipeline.sparsifier == "threshold" and not state.measured
         return [label for label in sparse
-                if state.predicted[label] <= EXPLORE_MARGIN * state.predicted[leader]
-                or (unknown_count and label not in state.measured)]
+                if unknown_count or state.predicted[label] <= EXPLORE_MARGIN * state.predicted[leader]]
 
     def _explore(self, state):
         """The candidate to measure at this step, or None. From the first step past the warm
@@ -330,7 +332,7 @@ class TimePlanner:
         explored = self.explore_steps * len(state.explore_order)
         while since < explored:
             label = state.explore_order[since // self.explore_steps]
-            if not self._outrun(state, label):
+            if label in contenders and not self._outrun(state, label):
                 return label
             state.explore_start -= self.explore_steps - since % self.explore_steps
             since = state.step - state.explore_start
