@@ -12,6 +12,7 @@ epochs (evaluation excluded); "x compute" divides a run's seconds by the compute
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -39,30 +40,45 @@ CONFIGS = {
     DENSE: ["--compression", "none"],
     "Horovod fp16": ["--compression", "fp16"],
     "DeepReduce()": ["--compression", "deepreduce"],
-    # what the README tells a momentum-SGD user to set: the optimizer (momentum correction)
-    # and a density warm-up of about an epoch
-    README: ["--compression", "deepreduce", "--momentum-correction", "--warmup-steps", 20],
+    # what the README tells a momentum-SGD user to set (readme_settings adds the warm-up and
+    # the clipping bound of each workload): the optimizer (momentum correction)
+    README: ["--compression", "deepreduce", "--momentum-correction"],
     # compressed for certain (lossless values: the planner cannot route these dense)
     SPARSE: ["--compression", "deepreduce", "--index", "entropy", "--value", "raw",
              "--fixed-density"],
     SPARSE_README: ["--compression", "deepreduce", "--index", "entropy", "--value", "raw",
-                    "--momentum-correction", "--warmup-steps", 20],
+                    "--momentum-correction"],
     "DDP PowerSGD r1": ["--peer", "powersgd", "--powersgd-rank", 1],
     "DDP PowerSGD r4": ["--peer", "powersgd", "--powersgd-rank", 4],
     COMPUTE: ["--peer", "compute"],
 }
 TORCH_ONLY = ("DDP PowerSGD r1", "DDP PowerSGD r4", COMPUTE)
+MOMENTUM_ONLY = (README, SPARSE_README)  # the LSTM trains with plain SGD
+DIGITS_TRAIN, BATCH = 1438, 32  # the digits jobs' training images, batch per rank
+
+
+def readme_settings(workload):
+    """The README's settings for a momentum-SGD job of `ranks` ranks: a density warm-up of
+    one epoch of steps, and DGC's local clipping at 2 * sqrt(ranks) (a bound of 2 on the
+    averaged gradient of each tensor)."""
+    ranks = WORKLOADS[workload][1]
+    return ["--warmup-steps", DIGITS_TRAIN // ranks // BATCH,
+            "--local-clip-norm", round(2 * math.sqrt(ranks), 3)]
 
 
 def configs_of(workload, chosen=None):
     tf = WORKLOADS[workload][0].startswith("tf/")
-    return [c for c in chosen or CONFIGS if not (tf and c in TORCH_ONLY)]
+    lstm = workload == "lstm"
+    return [c for c in chosen or CONFIGS
+            if not (tf and c in TORCH_ONLY) and not (lstm and c in MOMENTUM_ONLY)]
 
 
 def train(workload, config, seed):
     """One run in the shaped namespace -> its per-epoch history (rank 0's)."""
     job, ranks, args, _, _ = WORKLOADS[workload]
     extra = ["--seed", seed, *(["--no-progress"] if job.endswith("train_digits.py") else [])]
+    if config in MOMENTUM_ONLY:
+        extra += readme_settings(workload)
     return saved_run(job, ranks, [*args, *CONFIGS[config], *extra], 1800)["history"]
 
 
