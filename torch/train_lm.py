@@ -1,6 +1,7 @@
 """Data-parallel training of a word-level LSTM language model on the Python standard library's
 source with Horovod and DeepReduce; its embedding gradients are sparse by nature, so the
-default sparsifier is threshold 0 (every non-zero is sent, nothing else).
+default sparsifier is threshold 0 (every non-zero is sent, nothing else; by default the planner
+chooses exact or fp16 values per tensor, or Horovod's fp16 allreduce for the dense ones).
 
     horovodrun -np 2 -H localhost:2 --gloo python torch/train_lm.py --index entropy --value qsgd
 
