@@ -52,6 +52,17 @@ def check_topk_equals_local_average():
             assert np.count_nonzero(want) > np.count_nonzero(gathered_sparse(t, 0.05))
 
 
+def check_local_clipping_bounds_each_ranks_gradient():
+    """DeepReduce(local_clip_norm=c) through real Horovod: the delivered average is the
+    average of each rank's gradient clipped to norm c (exactly, with lossless codecs)."""
+    t = torch.randn(100, 80) * (rank + 1)
+    got = hvd.allreduce(t, name="clipped", compression=DeepReduce(
+        sparsifier="none", index="entropy", value="raw", local_clip_norm=3.0))
+    clipped = [g * min(1.0, 3.0 / np.linalg.norm(g)) for g in hvd.allgather_object(t.numpy())]
+    np.testing.assert_allclose(got.numpy(), np.mean(clipped, axis=0), rtol=1e-5, atol=1e-6)
+    assert np.linalg.norm(got.numpy()) <= 3.0 + 1e-4
+
+
 def check_passthrough():
     compression = DeepReduce(ratio=0.01, index="entropy", value="raw")
     small = torch.randn(10)
