@@ -237,39 +237,41 @@ def test_a_dense_lead_within_the_margin_is_challenged_and_a_faster_sparse_wins()
         assert (labels[-1] != plans.dense) == expect_sparse, labels
 
 
+def threshold_planner():
+    return TimePlanner(dr.Pipeline(sparsifier="threshold"), {"allreduce": GBIT, "allgather": GBIT},
+                       2, two_candidates().priors, TWO, warm_steps=2, explore_steps=2, revisit=5)
+
+
+def labels_over(plans, steps, size, cost):
+    """The options chosen over `steps` steps, each sparse one measured at cost[label]."""
+    labels = []
+    for _ in range(steps):
+        plan = plans.plan("w", size, True)
+        labels.append(plan.label)
+        if plan.kind == ALLGATHER:
+            plans.observe("w", plan, frames_of(*cost[plan.label], 0.002))
+    return labels
+
+
 def test_a_threshold_sparsifier_is_measured_before_its_whole_tensor_prior_keeps_it_dense():
     """The threshold sparsifier's count is known only once sent, so its prior prices every
     element: the candidates are still tried (for one step while one is predicted more than
     EXPLORE_MARGIN times the dense option), and a measured cheap one takes over; where the
     first one tried measures far slower than dense, the others are not tried at all."""
     from deepreduce_hvd.comm.planner import EXPLORE_MARGIN
-    plans = TimePlanner(dr.Pipeline(sparsifier="threshold"), {"allreduce": GBIT, "allgather": GBIT},
-                        2, two_candidates().priors, TWO, warm_steps=2, explore_steps=2, revisit=5)
-    size = 2_600_000
+    plans, size = threshold_planner(), 2_600_000
     assert plans.pipeline.selection_count(size, "w") == size
     for label in plans.candidates:
         assert plans._predict(label, size, size, {}) > EXPLORE_MARGIN * plans._predict(
             plans.dense, size, size, {})
     cost = {"golomb+fp16": (0.002, 300_000), "entropy+entropy": (0.5, 6_000_000)}
-    labels = []
-    for _ in range(12):
-        plan = plans.plan("w", size, True)
-        labels.append(plan.label)
-        if plan.kind == ALLGATHER:
-            plans.observe("w", plan, frames_of(*cost[plan.label], 0.002))
+    labels = labels_over(plans, 12, size, cost)
     assert labels[:2] == [plans.dense] * 2
     # golomb priced at the count its bytes imply; entropy measured far slower: one step
     assert labels[2:5] == ["golomb+fp16"] * 2 + ["entropy+entropy"], labels
     assert labels[5:9] == ["golomb+fp16"] * 4, labels
     cost["golomb+fp16"] = (0.5, 6_000_000)  # a dense gradient: sent whole, slowly
-    plans = TimePlanner(dr.Pipeline(sparsifier="threshold"), {"allreduce": GBIT, "allgather": GBIT},
-                        2, two_candidates().priors, TWO, warm_steps=2, explore_steps=2, revisit=5)
-    labels = []
-    for _ in range(40):
-        plan = plans.plan("w", size, True)
-        labels.append(plan.label)
-        if plan.kind == ALLGATHER:
-            plans.observe("w", plan, frames_of(*cost[plan.label], 0.002))
+    labels = labels_over(threshold_planner(), 40, size, cost)
     assert labels.count("golomb+fp16") == 1 and "entropy+entropy" not in labels, labels
 
 
