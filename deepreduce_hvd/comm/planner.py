@@ -255,7 +255,7 @@ class TimePlanner:
             return cpu + link.allreduce(n * prior.bits_per_selected / 8, self.ranks) - link.latency
         seen = measured.get(label, {})
         nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
-        if "bytes" in seen and self.pipeline.sparsifier == "threshold":  # the count it sent
+        if "bytes" in seen and self.pipeline.count_unknown:  # the count it was measured to send
             k = min(k, 8 * nbytes / max(prior.bits_per_selected, 1e-9))
         encode = min(seen["encode"]) if "encode" in seen else (
             prior.encode_fixed + prior.encode_per_element * n + prior.encode_per_selected * k)
@@ -311,9 +311,10 @@ class TimePlanner:
         leader = state.ranked[0]
         if leader in self.candidates:
             return sparse
-        unknown_count = self.pipeline.sparsifier == "threshold" and not state.measured
+        if self.pipeline.count_unknown and not state.measured:
+            return sparse
         return [label for label in sparse
-                if unknown_count or state.predicted[label] <= EXPLORE_MARGIN * state.predicted[leader]]
+                if state.predicted[label] <= EXPLORE_MARGIN * state.predicted[leader]]
 
     def _explore(self, state):
         """The candidate to measure at this step, or None. From the first step past the warm
@@ -346,8 +347,10 @@ class TimePlanner:
         slower than the best measured one or the dense option: its remaining exploration
         steps are skipped (a slow codec tried for its full turn costs more than its
         measurement is worth)."""
-        best = [state.predicted[other] for other in (*state.explore_order, self.dense)
-                if (other in state.measured or other == self.dense) and other in state.predicted]
+        best = [state.predicted[other] for other in state.explore_order
+                if other in state.measured and other in state.predicted]
+        if self.dense in state.predicted:  # absent where a traced graph allows sparse kinds only
+            best.append(state.predicted[self.dense])
         return label in state.measured and label in state.predicted and \
             state.predicted[label] > EXPLORE_MARGIN * min(best)
 

@@ -211,6 +211,12 @@ class Pipeline:
             return sparsify.selection_size(size, self.current_ratio(name))
         return size
 
+    @property
+    def count_unknown(self) -> bool:
+        """Whether the count selected is known only once a step selects (the threshold
+        sparsifier): selection_count is then the whole tensor, a bound."""
+        return self.sparsifier == "threshold"
+
     def _advance(self, name):
         """One more step of tensor `name` (sent sparse or dense)."""
         if name is not None:
