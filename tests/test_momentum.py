@@ -129,6 +129,15 @@ def test_a_tensor_whose_gradient_settles_leaves_its_critical_phase():
     assert not density.Density(0.01).critical("w")  # off unless asked for
 
 
+def test_a_warm_up_and_a_critical_phase_select_the_larger_count_not_the_product():
+    boosted = density.BOOST * 0.01
+    watch = density.Density(0.01, warmup_steps=10, adaptive=True)
+    assert watch.critical("w") and watch.ratio("w", 0) == density.WARMUP_START
+    assert watch.ratio("w", 9) == pytest.approx(boosted)  # the warm-up asks for less by now
+    assert watch.ratio("w", 10) == pytest.approx(boosted)  # and is over
+    assert density.Density(0.01, warmup_steps=10).ratio("w", 9) < boosted
+
+
 def test_density_and_momentum_state_round_trip(rng):
     config = dict(ratio=0.05, index="raw", value="raw", min_size=0, momentum=0.9,
                   adaptive_density=True)

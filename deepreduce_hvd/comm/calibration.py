@@ -71,14 +71,15 @@ def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3, den
     return costs
 
 
-
-
 def measure_links(adapter, process_set, small=1 << 10, repeats=3, long_enough=0.03,
-                  largest=1 << 23):
+                  largest=1 << 23, growth=4):
     """Latency and bandwidth of allreduce (fp32 and fp16) and allgather from timed collectives:
-    a small one, and one grown until it takes `long_enough` seconds (so a link's burst
-    allowance does not pass for its rate); the median of a few tries each. Sizes grow on
-    agreed times, so every rank runs the same collectives."""
+    a small one, and one grown `growth`-fold until it takes `long_enough` seconds (so a link's
+    burst allowance does not pass for its rate); the median of a few tries each. The tries of a
+    size repeat one name, as a training step repeats its tensors' names: the first pays
+    Horovod's negotiation of a new name (about 15 ms over Gloo here), the others are served
+    from its response cache, and the median is what a step pays. Sizes grow on agreed times,
+    so every rank runs the same collectives."""
     size = adapter.set_size(process_set)
     links = {}
     for kind, timer, moved in (
@@ -89,7 +90,7 @@ def measure_links(adapter, process_set, small=1 << 10, repeats=3, long_enough=0.
             ("allgather", lambda n, name: adapter.time_allgather(n, process_set, name),
              lambda n: (size - 1) * 4 * n)):
         def median_time(n):
-            return sorted(timer(n, f"{kind}.{n}.{i}") for i in range(repeats))[repeats // 2]
+            return sorted(timer(n, f"{kind}.{n}") for _ in range(repeats))[repeats // 2]
 
         def agreed_time(n):  # the slowest rank's
             return float(adapter.allgather_numbers([median_time(n)], process_set,
@@ -98,7 +99,7 @@ def measure_links(adapter, process_set, small=1 << 10, repeats=3, long_enough=0.
         large = small * 16
         large_time = agreed_time(large)
         while large_time < long_enough and large < largest:
-            large *= 8
+            large *= growth
             large_time = agreed_time(large)
         links[kind] = LinkModel.fit((max(moved(small), 1.0), small_time), (moved(large), large_time))
     return links

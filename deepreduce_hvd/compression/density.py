@@ -32,12 +32,16 @@ class Density:
         self._watch = {}  # name -> [summed delivered gradient, steps in it, last norm, critical]
 
     def ratio(self, name: Optional[str], step: int) -> float:
-        """The ratio of tensor `name`'s selection at its `step` (unnamed: the base ratio)."""
-        ratio = self.base
-        if name is not None and step < self.warmup_steps and ratio < WARMUP_START:
-            ratio = WARMUP_START * (ratio / WARMUP_START) ** (step / self.warmup_steps)
-        if self.critical(name):
-            ratio = min(1.0, BOOST * ratio)
+        """The ratio of tensor `name`'s selection at its `step` (unnamed: the base ratio).
+
+        The warm-up and a critical phase each ask for more than the base ratio, for the same
+        reason (early or fast-changing training), and the tensor selects the larger of the
+        two, not their product: stacked, the warm-up's first steps sent a 4x count, the whole
+        tensor at DGC's 25%, and made the wide MLP's first epoch 6.9 s instead of 5.1 (seed 1)."""
+        ratio = min(1.0, BOOST * self.base) if self.critical(name) else self.base
+        if name is not None and step < self.warmup_steps and self.base < WARMUP_START:
+            warm = WARMUP_START * (self.base / WARMUP_START) ** (step / self.warmup_steps)
+            ratio = max(ratio, warm)
         return ratio
 
     def critical(self, name: Optional[str]) -> bool:
