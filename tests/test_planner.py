@@ -1,4 +1,5 @@
-"""The time-aware planner's choices, from given link models and CPU costs (no calibration)."""
+"""The time-aware planner's choices from given link models and CPU costs, and the calibration
+that measures them (CPU costs here, link costs through a stand-in link)."""
 import numpy as np
 import pytest
 
