@@ -96,7 +96,7 @@ bench-synthetic: setup
 	$(PY) scripts/bench_e2e.py synthetic --repeats 1 $(if $(RATE),--rate $(RATE)) \
 		--framework $(FRAMEWORK)
 
-# as root: time to accuracy at 1 Gbit/s (wide MLP, digits CNN in torch and TF, LSTM; 3 seeds)
+# as root: time to accuracy at 1 Gbit/s (wide MLP at 2 and 4 ranks, digits CNN in torch and TF, LSTM; 3 seeds)
 bench-tta: setup
 	$(PY) scripts/bench_tta.py
 

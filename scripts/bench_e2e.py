@@ -27,6 +27,9 @@ PY = sys.executable
 HOROVODRUN = str(Path(PY).parent / "horovodrun")
 NAMESPACE = "deepreduce-bench"
 
+# untimed steps: the time-aware planner's exploration (3 warm steps, 3 per candidate: 15) and
+# the step guard's first comparison (3 steps of each of 3 arms)
+WARMUP = 26
 CONFIGS = {
     "DeepReduce default": ["--compression", "deepreduce"],
     "dense fp32": ["--compression", "none"],
@@ -115,15 +118,14 @@ def network(quick, repeats):
         sys.exit("bench-e2e needs root (it creates a network namespace and a tc qdisc)")
     configs = QUICK_CONFIGS if quick else list(CONFIGS)
     workloads = ["wide MLP"] if quick else list(WORKLOADS)
-    # the warm-up covers the time-aware planner's exploration (3 warm steps, 3 per candidate)
-    steps, warmup = (8, 16) if quick else (10, 16)
+    steps = 8 if quick else 10
     results = []
     try:
         for link, rate in LINKS.items():
             shaped_namespace(rate)
             for workload in workloads:
                 for config in configs:
-                    result = step_time(workload, config, steps, warmup, repeats)
+                    result = step_time(workload, config, steps, repeats)
                     results.append({"link": link, "workload": workload, "config": config, **result})
                     print(f"{link:>11} | {workload:<10} | {config:<18} | "
                           f"{result['median_step_s'] * 1e3:8.1f} ms/step | "
@@ -133,10 +135,10 @@ def network(quick, repeats):
     report_network(results, quick)
 
 
-def step_time(workload, config, steps, warmup, repeats, tries=2):
+def step_time(workload, config, steps, repeats, tries=2):
     """bench_step.py's result, the median over `repeats` runs (this VM's step times vary from
     run to run more than within one); a failed run is retried once, then reported, not fatal."""
-    args = [*WORKLOADS[workload], *CONFIGS[config], "--steps", steps, "--warmup", warmup]
+    args = [*WORKLOADS[workload], *CONFIGS[config], "--steps", steps, "--warmup", WARMUP]
     if config in FIXED:
         args += WORKLOAD_FIXED.get(workload, [])
     runs = []
@@ -170,7 +172,7 @@ def hosts(repeats, rate="1gbit"):
                     run(["ip", "netns", "exec", two_hosts.HOSTS["hostA"][0], PY,
                          str(ROOT / "scripts" / "two_hosts.py"), "900", PY,
                          str(ROOT / "torch" / "bench_step.py"), "--workload", "mlp", *args,
-                         "--steps", "10", "--warmup", "16", "--json", out.name], timeout=1000)
+                         "--steps", "10", "--warmup", str(WARMUP), "--json", out.name], timeout=1000)
                     runs.append(json.load(open(out.name)))
             runs.sort(key=lambda r: r["median_step_s"])
             result = {"link": f"2 hosts x 2 ranks, {rate} between", "workload": "wide MLP",
@@ -213,15 +215,28 @@ def synthetic(repeats, rate=None, framework="torch"):
     finally:
         if rate:
             remove_namespace()
-    dense = rows[0]["img_per_s_total"]
-    floor = rows[-1]["img_per_s_total"] if rows[-1]["config"] == "compute only" else None
     stem = "_".join(["synthetic", *([framework] if framework != "torch" else []), *([rate] if rate else [])])
     (DOCS / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+    synthetic_table(stem, rows)
+
+
+def guard_verdict(guard):
+    """The step guard's winner and the step times it compared, in a table cell."""
+    return "; ".join(f"{name}: {g['winner']} (" + ", ".join(f"{arm} {ms / 1e3:.2f} s" for arm, ms in
+                                                            g["compared_ms"].items()) + ")"
+                     for name, g in (guard or {}).items())
+
+
+def synthetic_table(stem, rows):
+    """docs/<stem>.md from the synthetic benchmark's rows."""
+    dense = rows[0]["img_per_s_total"]
+    floor = rows[-1]["img_per_s_total"] if rows[-1]["config"] == "compute only" else None
     write_table(stem, ["configuration", "img/s (2 ranks)", "vs dense fp32", "vs compute only",
-                       "runs", "choices"], "lrrrll",
+                       "runs", "planner's choices", "step guard"], "lrrrlll",
                 [[r["config"], f"{r['img_per_s_total']:.2f}", f"{r['img_per_s_total'] / dense:.0%}",
                   f"{r['img_per_s_total'] / floor:.0%}" if floor else "–",
-                  ", ".join(f"{x:.2f}" for x in r["runs"]), r.get("choices", "")] for r in rows])
+                  ", ".join(f"{x:.2f}" for x in r["runs"]), r.get("choices", ""),
+                  guard_verdict(r.get("guard"))] for r in rows])
 
 
 def ratio_rows(results):

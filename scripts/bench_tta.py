@@ -3,7 +3,7 @@ network namespace shaped to 1 Gbit/s; accuracy (perplexity for the LSTM) against
 training seconds, and the seconds each needs to reach dense's best minus 1 point (dense's
 best perplexity plus 5%).
 
-    python scripts/bench_tta.py [--seeds 0 1 2] [--workloads mlp cnn tf-cnn lstm]   (as root)
+    python scripts/bench_tta.py [--seeds 0 1 2] [--workloads mlp mlp4 cnn tf-cnn lstm]   (as root)
     python scripts/bench_tta.py --report        (redraw docs/tta.md and docs/tta.png)
 
 Writes docs/tta.json, docs/tta.md and docs/tta.png. Training seconds are rank 0's, summed over
@@ -27,6 +27,7 @@ SPARSE_README = "top-k, README's settings"
 # name: (job, ranks, arguments, metric, higher is better)
 WORKLOADS = {
     "mlp": ("torch/train_digits.py", 2, ["--model", "mlp", "--epochs", 8], "test_accuracy", True),
+    "mlp4": ("torch/train_digits.py", 4, ["--model", "mlp", "--epochs", 8], "test_accuracy", True),
     "cnn": ("torch/train_digits.py", 4, ["--model", "cnn", "--epochs", 6, "--ratio", 0.05],
             "test_accuracy", True),
     "tf-cnn": ("tf/train_digits.py", 4, ["--model", "cnn", "--epochs", 6, "--ratio", 0.05],
@@ -34,7 +35,7 @@ WORKLOADS = {
     "lstm": ("torch/train_lm.py", 2, ["--epochs", 4, "--steps-per-epoch", 30], "val_perplexity",
              False),
 }
-TITLES = {"mlp": "wide MLP, 2 ranks", "cnn": "digits CNN, 4 ranks (top-k 5%)",
+TITLES = {"mlp": "wide MLP, 2 ranks", "mlp4": "wide MLP, 4 ranks", "cnn": "digits CNN, 4 ranks (top-k 5%)",
           "tf-cnn": "digits CNN in TensorFlow, 4 ranks (top-k 5%)", "lstm": "LSTM LM, 2 ranks"}
 CONFIGS = {
     DENSE: ["--compression", "none"],

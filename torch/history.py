@@ -61,13 +61,15 @@ class History:
 
 def save_synthetic(name, rates, parameters, compression, path=None):
     """Rank 0's result of a synthetic benchmark (torch/ and tf/synthetic_benchmark.py):
-    img/s from every rank's mean `rates`, and the time-aware choices DeepReduce made; printed
-    as JSON, and written to `path` if given."""
+    img/s from every rank's mean `rates`, the time-aware choices DeepReduce made and its step
+    guard's verdict; printed as JSON, and written to `path` if given."""
     result = {"compression": name, "img_per_s_per_rank": sum(rates) / len(rates),
               "img_per_s_total": float(sum(rates)), "ranks": len(rates), "parameters": int(parameters)}
     if hasattr(compression, "stats"):
-        choices = [t["choice"] for t in compression.stats().get("tensors", {}).values()]
+        stats = compression.stats()
+        choices = [t["choice"] for t in stats.get("tensors", {}).values()]
         result["choices"] = {c: choices.count(c) for c in sorted(set(choices))}
+        result["guard"] = stats.get("guard", {})
     print(json.dumps(result), flush=True)
     if path:
         with open(path, "w") as f:

@@ -49,7 +49,9 @@ def add_digits_training_args(parser):
 def add_synthetic_args(parser):
     """The options of the two synthetic benchmarks (PyTorch and TensorFlow)."""
     parser.add_argument("--batch-size", type=int, default=8, help="per rank")
-    parser.add_argument("--warmup", type=int, default=16, help="untimed steps")
+    parser.add_argument("--warmup", type=int, default=26,
+                        help="untimed steps (the planner's exploration and the step guard's "
+                             "first comparison)")
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--batches-per-iter", type=int, default=2)
     parser.add_argument("--json", help="rank 0 writes the result here")

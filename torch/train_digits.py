@@ -104,7 +104,7 @@ def main():
     if isinstance(compression, DeepReduce):  # what this rank received and decoded
         stats = compression.stats()
         history.totals.update(bytes_received=stats["bytes_received"], decode_s=stats["decode_s"],
-                              encode_s=stats["encode_s"],
+                              encode_s=stats["encode_s"], guard=stats.get("guard", {}),
                               parameters_identical=parameters_identical(model))
     history.compare(args.baseline or BASELINE)
     history.save()

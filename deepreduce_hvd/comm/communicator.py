@@ -33,6 +33,7 @@ from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, PASS,
                       candidates)
 from .sparse_allreduce import Exchange
 from .state import FORMAT, SetState, check_state, set_key
+from .step_guard import StepGuard
 
 
 class Caller(NamedTuple):
@@ -115,8 +116,22 @@ class Communicator:
                     exchange = state.hierarchy.leaders
             planner = self._planner(state, exchange) if not state.hierarchy or \
                 state.hierarchy.is_leader else FixedPlanner(state.pipeline)
-            state.policy = Policy(planner, hierarchical=bool(state.hierarchy))
+            guard = None
+            if isinstance(planner, TimePlanner) and not state.hierarchy:
+                guard = self._guard(planner, process_set)
+                if state.saved_guard:
+                    guard.load_state_dict(state.saved_guard)
+                state.saved_guard = None
+            state.policy = Policy(planner, hierarchical=bool(state.hierarchy), guard=guard)
         return state.policy
+
+    def _guard(self, planner, process_set):
+        """The step guard of a time-aware set: the plan against Horovod's allreduce of every
+        tensor (fp16 where values may be lossy, and fp32), first once the planner settled."""
+        adapter = self.adapter
+        arms = (ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (ALLREDUCE,)
+        return StepGuard(arms, planner.settled_after + 1, lambda seconds: adapter.allgather_numbers(
+            seconds, process_set, "DeepReduce.guard").mean(axis=0))
 
     def _planner(self, state, process_set):
         options, pipeline = self.options, state.pipeline
@@ -151,7 +166,7 @@ class Communicator:
             key = caller.name if caller.name is not None else \
                 f"unnamed:{info.shape}:{info.dtype}:{caller.member}"
             with adapter.eagerly():  # calibration (once) runs now, also while tracing a graph
-                plan = self.policy(state, process_set).route(key, info)
+                plan = self.policy(state, process_set).route(key, info, not adapter.traced())
             if adapter.traced():  # the graph keeps this kind: one traced after an elastic
                 kind = state.traced_kinds.setdefault(key, plan.kind)  # reset keeps rank 0's
                 plan = plan if kind == plan.kind else Plan(kind, label=kind)
@@ -367,14 +382,17 @@ class Communicator:
         tensors_allreduced, tensors_passed_through, tensors_nonfinite, selections_boosted,
         encode_s, decode_s (this rank, every process set, since the last reset) and, in the
         time-aware mode, "tensors": each tensor's choice with the predicted and measured
-        costs behind it."""
+        costs behind it, and "guard": per process set ("global", "ranks:0,2"), the step
+        guard's winning arm and the step times of its last comparison."""
         states = self.sets.values() or [SetState(self.pipeline)]
         out = Stats.combined([s.pipeline.stats for s in states])
         if self.options.time_aware:  # empty before the first step
-            out["tensors"] = {}
-            for s in states:
+            out["tensors"], out["guard"] = {}, {}
+            for key, s in self.sets.items():
                 if s.policy is not None:
                     out["tensors"].update(s.policy.planner.report())
+                    if s.policy.guard is not None:
+                        out["guard"][key] = s.policy.guard.report()
         return out
 
     def reset_stats(self) -> None:

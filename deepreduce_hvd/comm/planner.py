@@ -144,23 +144,28 @@ class Policy:
     """Every decision about how a tensor travels, in one place: passed through unchanged
     (sparse layouts, integers, empty tensors; small tensors when the codec is fixed), the
     hierarchical exchange, or the planner's choice of Horovod's allreduce (fp32/fp16) or a
-    sparse allgather with a codec. Pipeline only executes what it is told."""
+    sparse allgather with a codec, unless the step guard (comm/step_guard.py) runs this step
+    by Horovod's allreduce of every tensor. Pipeline only executes what it is told."""
 
-    def __init__(self, planner, hierarchical=False):
-        self.planner, self.hierarchical = planner, hierarchical
+    def __init__(self, planner, hierarchical=False, guard=None):
+        self.planner, self.hierarchical, self.guard = planner, hierarchical, guard
 
     @staticmethod
     def passes_through(info):
         """Tensors no codec takes: sparse layouts, integers, empty tensors."""
         return info.sparse_layout or not info.is_float or info.size == 0
 
-    def route(self, key, info):
-        """The Plan of a tensor (adapters.base.TensorInfo) at this step."""
+    def route(self, key, info, guarded=True):
+        """The Plan of a tensor (adapters.base.TensorInfo) at this step (guarded: whether the
+        step guard may overrule the planner; not in a traced graph, whose routes are fixed)."""
         if self.passes_through(info):
             return Plan(PASS)
         small = info.size is not None and info.size < max(self.planner.pipeline.min_size, 1)
         if self.hierarchical:  # small tensors: Horovod's flat allreduce, on every rank alike
             return Plan(PASS if small else HIERARCHICAL)
+        dense = self.guard.kind(key) if guarded and self.guard is not None else None
+        if dense is not None:
+            return Plan(dense, None, dense)
         if info.size is None:  # a traced graph's shape known only at run time: the allgather,
             return Plan(ALLGATHER)  # its codec chosen when the graph runs
         return self.planner.plan(key, info.size, True)
@@ -244,6 +249,12 @@ class TimePlanner:
         large = 1 << 22
         self.dense = ALLREDUCE if not allow_fp16 else min(
             (ALLREDUCE_FP16, ALLREDUCE), key=lambda label: self._predict(label, large, 0, {}))
+
+    @property
+    def settled_after(self):
+        """The step by which every tensor has explored its candidates (if it does)."""
+        warm = max(self.warm_steps, self.pipeline.warmup_steps)
+        return warm + self.explore_steps * len(self.candidates)
 
     def _predict(self, label, n, k, measured):
         """Predicted seconds for one option on a tensor of n elements with k selected."""

@@ -2,9 +2,10 @@
 
 Everything a step depends on lives here, not in module globals: per set, the pipeline's
 residuals, per-tensor steps and codec random state; the planner's calibration, measurements
-and choices; the hosts of the hierarchical mode. `state_dict` gives plain values and arrays
-(`torch.save`-able, or packed to bytes for a TensorFlow checkpoint) and `load_state_dict`
-puts them back, so a restored job continues bit for bit as if it had never stopped.
+and choices; the step guard's schedule and verdict; the hosts of the hierarchical mode.
+`state_dict` gives plain values and arrays (`torch.save`-able, or packed to bytes for a
+TensorFlow checkpoint) and `load_state_dict` puts them back, so a restored job continues bit
+for bit as if it had never stopped.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ class SetState:
     """What the traffic of the tensors reduced over one process set depends on.
 
     pipeline: residuals, per-tensor steps and the codec's random state (compression.Pipeline).
-    policy: how each tensor travels (comm.planner.Policy), built and calibrated on first use.
+    policy: how each tensor travels (comm.planner.Policy, with its step guard), built and
+      calibrated on first use.
     calibration: (links, priors, ranks) agreed across the set's ranks when it was measured.
     hierarchy: the hosts and their process sets (the hierarchical mode, global set only).
     device: the pipeline's device path (adapters), made on first use.
@@ -58,6 +60,7 @@ class SetState:
         self.hierarchy = None
         self.device = None
         self.saved_planner = None  # a restored planner state, applied when the policy is built
+        self.saved_guard = None    # and the step guard's
         self.traced_kinds = {}     # key -> the kind a traced graph fixed for that tensor
         self.ranges = Ranges()
 
@@ -65,24 +68,27 @@ class SetState:
         """Forget everything measured about the world (an elastic job's ranks changed): the
         next step calibrates again and every rank starts the planner afresh, together."""
         self.policy = self.calibration = self.hierarchy = self.saved_planner = None
+        self.saved_guard = None
         self.ranges = Ranges()
 
     def state_dict(self, export: Callable[[Any], Any]) -> dict:
         planner = self.policy.planner.state_dict() if self.policy is not None else self.saved_planner
+        guard = self.saved_guard if self.policy is None else \
+            self.policy.guard.state_dict() if self.policy.guard is not None else None
         pipeline = map_arrays(self.pipeline.state_dict(), export)
         calibration = None
         if self.calibration is not None:
             links, priors, ranks = self.calibration
             calibration = {"links": {k: list(v) for k, v in links.items()},
                            "priors": {k: list(v) for k, v in priors.items()}, "ranks": ranks}
-        return {"pipeline": pipeline, "planner": planner, "calibration": calibration,
-                "ranges": self.ranges.state_dict()}
+        return {"pipeline": pipeline, "planner": planner, "guard": guard,
+                "calibration": calibration, "ranges": self.ranges.state_dict()}
 
     def load_state_dict(self, state: dict, to_numpy: Callable[[Any], np.ndarray],
                         assign: Optional[Callable] = None) -> None:
         self.pipeline.load_state_dict(map_arrays(state["pipeline"], to_numpy), assign)
         self.policy = self.hierarchy = None
-        self.saved_planner = state["planner"]
+        self.saved_planner, self.saved_guard = state["planner"], state.get("guard")
         self.ranges.load_state_dict(state.get("ranges", {}))
         saved = state["calibration"]
         self.calibration = None if saved is None else (

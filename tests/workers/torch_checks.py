@@ -208,5 +208,37 @@ def check_time_aware():
         assert any("+" in c for c in chosen) == sparse_expected, (bandwidth, chosen)
 
 
+def check_step_guard():
+    """The step guard compares the plan with Horovod's allreduce of every tensor (fp16, fp32)
+    once the planner settled: in each arm's steps every tensor takes that arm's route, the
+    comparison and its winner are the same on every rank, and the winner then runs."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    compression = DeepReduce(bandwidth="10mbit").name_parameters(model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                   named_parameters=model.named_parameters(),
+                                   compression=compression)
+    gen, steps = torch.Generator().manual_seed(rank), []
+    for _ in range(30):
+        compression.reset_stats()
+        opt.zero_grad()
+        model(torch.randn(16, 64, generator=gen)).pow(2).mean().backward()
+        opt.step()
+        stats = compression.stats()
+        steps.append((stats["tensors_compressed"], stats["tensors_allreduced"]))
+    guard = compression.stats()["guard"]["global"]
+    for other in hvd.allgather_object((steps, guard))[1:]:
+        assert other == (steps, guard), ((steps, guard), other)
+    assert_same_everywhere(model)
+    start = compression.comm.sets["global"].policy.planner.settled_after + 1
+    planned, dense = steps[start - 1:start + 2], steps[start + 2:start + 8]
+    assert all(compressed > 0 for compressed, _ in planned), steps  # the 10 Mbit/s plan: sparse
+    assert all(compressed == 0 for compressed, _ in dense), steps   # both dense arms
+    assert set(guard["compared_ms"]) == {"planned", "allreduce_fp16", "allreduce"}, guard
+    after = steps[start + 8:]
+    assert all((compressed > 0) == (guard["winner"] == "planned") for compressed, _ in after), \
+        (guard, steps)
+
+
 if __name__ == "__main__":
     harness.main(globals())

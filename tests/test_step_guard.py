@@ -1,0 +1,115 @@
+"""The step guard's schedule and decisions from given step times (a stand-in clock); on real
+Horovod ranks it runs in tests/workers/torch_checks.py (check_step_guard)."""
+import numpy as np
+import pytest
+
+import deepreduce_hvd as dr
+from deepreduce_hvd.adapters.base import TensorInfo
+from deepreduce_hvd.comm.planner import ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, Policy, TimePlanner
+from deepreduce_hvd.comm.step_guard import PLAN_MARGIN, PLANNED, StepGuard
+from test_planner import CANDIDATES, GBIT, priors
+
+ARMS = (ALLREDUCE_FP16, ALLREDUCE)
+
+
+class Job:
+    """Steps of a job with two routed tensors; a step's seconds depend on its arm, and a
+    switch of arm adds `switch` seconds to the first step of the new one."""
+
+    def __init__(self, seconds, switch=0.0):
+        self.now, self.seconds, self.switch, self.last = 0.0, seconds, switch, PLANNED
+
+    def clock(self):
+        return self.now
+
+    def run(self, guard, steps):
+        arms = []
+        for _ in range(steps):
+            kinds = {guard.kind(key) for key in ("pacer", "other")}
+            assert len(kinds) == 1, kinds  # every tensor of a step alike
+            arm = kinds.pop() or PLANNED
+            self.now += self.seconds[arm] + (self.switch if arm != self.last else 0.0)
+            arms.append(arm)
+            self.last = arm
+        return arms
+
+
+def guard_of(job, agree=np.asarray, start=5, period=10):
+    return StepGuard(ARMS, start, agree, trial_steps=3, period=period, clock=job.clock)
+
+
+def test_each_arm_runs_its_trial_then_the_fastest_runs_until_the_next_comparison():
+    """Before `start` the plan; then the plan, fp16 and fp32 for 3 steps each (their first
+    not timed: a switch's slow step does not count); the least time wins for `period` steps."""
+    job = Job({PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}, switch=1.0)
+    guard = guard_of(job)
+    arms = job.run(guard, 4 + 9 + 10 + 9)
+    assert arms == [PLANNED] * 7 + [ALLREDUCE_FP16] * 3 + [ALLREDUCE] * 3 \
+        + [ALLREDUCE_FP16] * 10 + [PLANNED] * 3 + [ALLREDUCE_FP16] * 3 + [ALLREDUCE] * 3
+    assert guard.winner == ALLREDUCE_FP16
+    assert guard.compared == pytest.approx({PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25})
+    assert guard.report()["compared_ms"] == {PLANNED: 300.0, ALLREDUCE_FP16: 200.0, ALLREDUCE: 250.0}
+
+
+def test_the_plan_wins_only_by_a_margin_and_wins_back_the_job_when_it_becomes_faster():
+    job = Job({PLANNED: 0.2, ALLREDUCE_FP16: 0.3, ALLREDUCE: 0.25})
+    guard = guard_of(job)
+    job.run(guard, 14)
+    assert guard.winner == PLANNED
+    job.seconds[PLANNED] = (1 - PLAN_MARGIN / 2) * 0.25  # faster, but within the margin
+    job.run(guard, 10 + 9 + 1)
+    assert guard.winner == ALLREDUCE
+    job.seconds[PLANNED] = 0.1
+    job.run(guard, 10 + 9 + 1)
+    assert guard.winner == PLANNED
+
+
+def test_the_agreed_times_decide_not_this_ranks():
+    """This rank measures fp16 faster; averaged with the other rank's times the plan is."""
+    job = Job({PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.4})
+    other = np.array([0.1, 0.6, 0.4])
+    guard = guard_of(job, agree=lambda seconds: (np.asarray(seconds) + other) / 2)
+    job.run(guard, 14)
+    assert guard.winner == PLANNED
+    assert np.allclose([guard.compared[arm] for arm in (PLANNED,) + ARMS], [0.2, 0.4, 0.4])
+
+
+def test_a_restored_guard_keeps_the_schedule_and_the_winner():
+    seconds = {PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}
+    job = Job(seconds)
+    whole = job.run(guard_of(job), 40)
+    job = Job(seconds)
+    first = guard_of(job)
+    head = job.run(first, 18)
+    resumed = guard_of(job)
+    resumed.load_state_dict(first.state_dict())
+    assert head + job.run(resumed, 22) == whole
+    assert resumed.winner == ALLREDUCE_FP16
+
+
+def test_policy_lets_the_guard_overrule_the_planner_only_where_it_may():
+    """The guard's dense kind for every tensor it routes, small or large; in a traced graph
+    (guarded=False) the planner's route."""
+    job = Job({PLANNED: 1.0, ALLREDUCE_FP16: 0.1, ALLREDUCE: 0.1})
+    planner = TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": GBIT, "allgather": GBIT}, 2,
+                          priors(), CANDIDATES)
+    policy = Policy(planner, guard=guard_of(job, start=planner.settled_after + 1))
+    large = TensorInfo(size=4_000_000, is_float=True, sparse_layout=False, on_device=False,
+                       shape=(4_000_000,), dtype="float32", itemsize=4)
+    small = large._replace(size=10, shape=(10,))
+    for _ in range(planner.settled_after + 9 + 1):
+        kinds = [policy.route(key, info).kind for key, info in (("a", large), ("b", small))]
+        job.now += job.seconds[kinds[0] if kinds[0] in ARMS else PLANNED]
+    assert policy.guard.winner == ALLREDUCE_FP16
+    assert [policy.route(key, info).kind for key, info in (("a", large), ("b", small))] == \
+        [ALLREDUCE_FP16, ALLREDUCE_FP16]
+    assert policy.route("a", large, guarded=False).kind == ALLGATHER
+
+
+@pytest.mark.parametrize("state", [None, {}, {"step": "x", "winner": PLANNED, "compared": {}, "times": {}},
+                                   {"step": 3, "winner": "allgather", "compared": {}, "times": {}},
+                                   {"step": 3, "winner": PLANNED, "compared": {"other": 1.0}, "times": {}},
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {PLANNED: 1.0}}])
+def test_a_malformed_guard_state_is_refused(state):
+    with pytest.raises(dr.DeepReduceError):
+        guard_of(Job({})).load_state_dict(state)
