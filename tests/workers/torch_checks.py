@@ -182,6 +182,27 @@ def check_device_path():
         np.testing.assert_array_equal(a, b)
 
 
+def time_aware_steps(model, bandwidth, steps, record):
+    """The default DeepReduce at a declared bandwidth for `steps` SGD steps of `model` ->
+    (the compression, record(its stats) after each step); the records and the parameters
+    are checked identical on every rank."""
+    compression = DeepReduce(bandwidth=bandwidth).name_parameters(model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                   named_parameters=model.named_parameters(),
+                                   compression=compression)
+    gen, history = torch.Generator().manual_seed(rank), []
+    for _ in range(steps):
+        compression.reset_stats()
+        opt.zero_grad()
+        model(torch.randn(16, 64, generator=gen)).pow(2).mean().backward()
+        opt.step()
+        history.append(record(compression.stats()))
+    for other in hvd.allgather_object(history)[1:]:
+        assert other == history, (history, other)
+    assert_same_everywhere(model)
+    return compression, history
+
+
 def check_time_aware():
     """The default DeepReduce decides per tensor and step by predicted time: every rank makes
     the same choice at every step (exploration included), parameters stay identical, big
@@ -191,19 +212,8 @@ def check_time_aware():
         model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
                                     torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                     torch.nn.Linear(256, 4))
-        compression = DeepReduce(bandwidth=bandwidth).name_parameters(model.named_parameters())
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
-                                       named_parameters=model.named_parameters(),
-                                       compression=compression)
-        gen, history = torch.Generator().manual_seed(rank), []
-        for _ in range(20):
-            opt.zero_grad()
-            model(torch.randn(16, 64, generator=gen)).pow(2).mean().backward()
-            opt.step()
-            history.append({n: t["choice"] for n, t in compression.stats()["tensors"].items()})
-        for other in hvd.allgather_object(history)[1:]:
-            assert other == history, (history, other)
-        assert_same_everywhere(model)
+        _, history = time_aware_steps(model, bandwidth, 20, lambda stats: {
+            n: t["choice"] for n, t in stats["tensors"].items()})
         chosen = {c for step in history for c in step.values()}
         assert any("+" in c for c in chosen) == sparse_expected, (bandwidth, chosen)
 
@@ -214,22 +224,9 @@ def check_step_guard():
     comparison and its winner are the same on every rank, and the winner then runs."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
-    compression = DeepReduce(bandwidth="10mbit").name_parameters(model.named_parameters())
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
-                                   named_parameters=model.named_parameters(),
-                                   compression=compression)
-    gen, steps = torch.Generator().manual_seed(rank), []
-    for _ in range(30):
-        compression.reset_stats()
-        opt.zero_grad()
-        model(torch.randn(16, 64, generator=gen)).pow(2).mean().backward()
-        opt.step()
-        stats = compression.stats()
-        steps.append((stats["tensors_compressed"], stats["tensors_allreduced"]))
-    guard = compression.stats()["guard"]["global"]
-    for other in hvd.allgather_object((steps, guard))[1:]:
-        assert other == (steps, guard), ((steps, guard), other)
-    assert_same_everywhere(model)
+    compression, steps = time_aware_steps(model, "10mbit", 30, lambda stats: (
+        stats["tensors_compressed"], stats["guard"]["global"]))
+    guard = steps[-1][1]
     start = compression.comm.sets["global"].policy.planner.settled_after + 1
     planned, dense = steps[start - 1:start + 2], steps[start + 2:start + 8]
     assert all(compressed > 0 for compressed, _ in planned), steps  # the 10 Mbit/s plan: sparse
