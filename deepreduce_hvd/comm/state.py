@@ -73,8 +73,8 @@ class SetState:
 
     def state_dict(self, export: Callable[[Any], Any]) -> dict:
         planner = self.policy.planner.state_dict() if self.policy is not None else self.saved_planner
-        guard = self.saved_guard if self.policy is None else \
-            self.policy.guard.state_dict() if self.policy.guard is not None else None
+        guard = self.policy.guard.state_dict() if self.policy is not None and \
+            self.policy.guard is not None else self.saved_guard
         pipeline = map_arrays(self.pipeline.state_dict(), export)
         calibration = None
         if self.calibration is not None:

@@ -59,13 +59,13 @@ class StepGuard:
         if self.timing is not None and self.stamp is not None:
             self.times.setdefault(self.timing, []).append(now - self.stamp)
         self.stamp, self.step = now, self.step + 1
-        since = self.step - self.start
         trial = len(self.arms) * self.trial_steps
-        if since >= 0 and since % (trial + self.period) == trial:
+        since = self.step - self.start
+        into = since % (trial + self.period) if since >= 0 else None  # steps into the cycle
+        if into == trial:
             self._decide()
         self.current, self.timing = self.winner, None
-        if since >= 0 and since % (trial + self.period) < trial:
-            into = since % (trial + self.period)
+        if into is not None and into < trial:
             self.current = self.arms[into // self.trial_steps]
             self.timing = self.current if into % self.trial_steps else None
 
