@@ -28,8 +28,8 @@ HOROVODRUN = str(Path(PY).parent / "horovodrun")
 NAMESPACE = "deepreduce-bench"
 
 # untimed steps: the time-aware planner's exploration (3 warm steps, 3 per candidate: 15) and
-# the step guard's first comparison (3 steps of each of 3 arms)
-WARMUP = 26
+# the step guard's first comparison (3 steps of each of 4 arms)
+WARMUP = 29
 CONFIGS = {
     "DeepReduce default": ["--compression", "deepreduce"],
     "dense fp32": ["--compression", "none"],

@@ -5,11 +5,15 @@ import pytest
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.adapters.base import TensorInfo
+from deepreduce_hvd.comm.calibration import LinkModel
 from deepreduce_hvd.comm.planner import ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, Policy, TimePlanner
-from deepreduce_hvd.comm.step_guard import PLAN_MARGIN, PLANNED, StepGuard
+from deepreduce_hvd.comm.step_guard import PLAN_MARGIN, PLANNED, SPARSE, StepGuard
 from test_planner import CANDIDATES, GBIT, priors
 
-ARMS = (ALLREDUCE_FP16, ALLREDUCE)
+ARMS = (SPARSE, ALLREDUCE_FP16, ALLREDUCE)
+LARGE = TensorInfo(size=4_000_000, is_float=True, sparse_layout=False, on_device=False,
+                   shape=(4_000_000,), dtype="float32", itemsize=4)
+SMALL = LARGE._replace(size=10, shape=(10,))
 
 
 class Job:
@@ -39,43 +43,54 @@ def guard_of(job, agree=np.asarray, start=5, period=10):
 
 
 def test_each_arm_runs_its_trial_then_the_fastest_runs_until_the_next_comparison():
-    """Before `start` the plan; then the plan, fp16 and fp32 for 3 steps each (their first
-    not timed: a switch's slow step does not count); the least time wins for `period` steps."""
-    job = Job({PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}, switch=1.0)
+    """Before `start` the plan; then the plan, the sparse arm, fp16 and fp32 for 3 steps each
+    (their first not timed: a switch's slow step does not count); the least time wins for
+    `period` steps."""
+    job = Job({PLANNED: 0.3, SPARSE: 0.28, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}, switch=1.0)
     guard = guard_of(job)
-    arms = job.run(guard, 4 + 9 + 10 + 9)
-    assert arms == [PLANNED] * 7 + [ALLREDUCE_FP16] * 3 + [ALLREDUCE] * 3 \
-        + [ALLREDUCE_FP16] * 10 + [PLANNED] * 3 + [ALLREDUCE_FP16] * 3 + [ALLREDUCE] * 3
+    arms = job.run(guard, 4 + 12 + 10 + 12)
+    assert arms == [PLANNED] * 7 + [SPARSE] * 3 + [ALLREDUCE_FP16] * 3 + [ALLREDUCE] * 3 \
+        + [ALLREDUCE_FP16] * 10 + [PLANNED] * 3 + [SPARSE] * 3 + [ALLREDUCE_FP16] * 3 \
+        + [ALLREDUCE] * 3
     assert guard.winner == ALLREDUCE_FP16
-    assert guard.compared == pytest.approx({PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25})
-    assert guard.report()["compared_ms"] == {PLANNED: 300.0, ALLREDUCE_FP16: 200.0, ALLREDUCE: 250.0}
+    assert guard.compared == pytest.approx({PLANNED: 0.3, SPARSE: 0.28, ALLREDUCE_FP16: 0.2,
+                                            ALLREDUCE: 0.25})
+    assert guard.report()["compared_ms"] == {PLANNED: 300.0, SPARSE: 280.0, ALLREDUCE_FP16: 200.0,
+                                             ALLREDUCE: 250.0}
+
+
+def test_the_sparse_arm_wins_where_the_plan_is_dense_and_sending_sparse_is_faster():
+    job = Job({PLANNED: 0.5, SPARSE: 0.2, ALLREDUCE_FP16: 0.3, ALLREDUCE: 0.5})
+    guard = guard_of(job)
+    assert job.run(guard, 4 + 12 + 10)[-10:] == [SPARSE] * 10
+    assert guard.winner == SPARSE
 
 
 def test_the_plan_wins_only_by_a_margin_and_wins_back_the_job_when_it_becomes_faster():
-    job = Job({PLANNED: 0.2, ALLREDUCE_FP16: 0.3, ALLREDUCE: 0.25})
+    job = Job({PLANNED: 0.2, SPARSE: 0.3, ALLREDUCE_FP16: 0.3, ALLREDUCE: 0.25})
     guard = guard_of(job)
-    job.run(guard, 14)
+    job.run(guard, 4 + 12 + 1)
     assert guard.winner == PLANNED
     job.seconds[PLANNED] = (1 - PLAN_MARGIN / 2) * 0.25  # faster, but within the margin
-    job.run(guard, 10 + 9 + 1)
+    job.run(guard, 10 + 12 + 1)
     assert guard.winner == ALLREDUCE
     job.seconds[PLANNED] = 0.1
-    job.run(guard, 10 + 9 + 1)
+    job.run(guard, 10 + 12 + 1)
     assert guard.winner == PLANNED
 
 
 def test_the_agreed_times_decide_not_this_ranks():
     """This rank measures fp16 faster; averaged with the other rank's times the plan is."""
-    job = Job({PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.4})
-    other = np.array([0.1, 0.6, 0.4])
+    job = Job({PLANNED: 0.3, SPARSE: 0.5, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.4})
+    other = np.array([0.1, 0.5, 0.6, 0.4])
     guard = guard_of(job, agree=lambda seconds: (np.asarray(seconds) + other) / 2)
-    job.run(guard, 14)
+    job.run(guard, 4 + 12 + 1)
     assert guard.winner == PLANNED
-    assert np.allclose([guard.compared[arm] for arm in (PLANNED,) + ARMS], [0.2, 0.4, 0.4])
+    assert np.allclose([guard.compared[arm] for arm in (PLANNED,) + ARMS], [0.2, 0.5, 0.4, 0.4])
 
 
 def test_a_restored_guard_keeps_the_schedule_and_the_winner():
-    seconds = {PLANNED: 0.3, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}
+    seconds = {PLANNED: 0.3, SPARSE: 0.4, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}
     job = Job(seconds)
     whole = job.run(guard_of(job), 40)
     job = Job(seconds)
@@ -87,23 +102,39 @@ def test_a_restored_guard_keeps_the_schedule_and_the_winner():
     assert resumed.winner == ALLREDUCE_FP16
 
 
+def guarded_policy(seconds, bandwidth=GBIT):
+    """A time-aware Policy whose guard sees `seconds` a step per arm, run past its first
+    comparison, with tensors "a" (LARGE) and "b" (SMALL) routed at every step."""
+    job = Job(seconds)
+    planner = TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": bandwidth, "allgather": bandwidth},
+                          2, priors(), CANDIDATES)
+    policy = Policy(planner, guard=guard_of(job, start=planner.settled_after + 1))
+    for _ in range(planner.settled_after + 12 + 1):
+        for key, info in (("a", LARGE), ("b", SMALL)):
+            policy.route(key, info)
+        job.now += job.seconds[policy.guard.current]
+    return policy
+
+
 def test_policy_lets_the_guard_overrule_the_planner_only_where_it_may():
     """The guard's dense kind for every tensor it routes, small or large; in a traced graph
     (guarded=False) the planner's route."""
-    job = Job({PLANNED: 1.0, ALLREDUCE_FP16: 0.1, ALLREDUCE: 0.1})
-    planner = TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": GBIT, "allgather": GBIT}, 2,
-                          priors(), CANDIDATES)
-    policy = Policy(planner, guard=guard_of(job, start=planner.settled_after + 1))
-    large = TensorInfo(size=4_000_000, is_float=True, sparse_layout=False, on_device=False,
-                       shape=(4_000_000,), dtype="float32", itemsize=4)
-    small = large._replace(size=10, shape=(10,))
-    for _ in range(planner.settled_after + 9 + 1):
-        kinds = [policy.route(key, info).kind for key, info in (("a", large), ("b", small))]
-        job.now += job.seconds[kinds[0] if kinds[0] in ARMS else PLANNED]
+    policy = guarded_policy({PLANNED: 1.0, SPARSE: 1.0, ALLREDUCE_FP16: 0.1, ALLREDUCE: 0.1})
     assert policy.guard.winner == ALLREDUCE_FP16
-    assert [policy.route(key, info).kind for key, info in (("a", large), ("b", small))] == \
+    assert [policy.route(key, info).kind for key, info in (("a", LARGE), ("b", SMALL))] == \
         [ALLREDUCE_FP16, ALLREDUCE_FP16]
-    assert policy.route("a", large, guarded=False).kind == ALLGATHER
+    assert policy.route("a", LARGE, guarded=False).kind == ALLGATHER
+
+
+def test_the_sparse_arm_sends_sparse_what_the_planner_would_send_dense():
+    """On a fast link the planner sends the large tensor dense; once the sparse arm wins it
+    goes by the sparse option, and the small one, too small for a codec, stays dense."""
+    fast = LinkModel(latency=1e-4, bandwidth=1e12 / 8)
+    policy = guarded_policy({PLANNED: 1.0, SPARSE: 0.1, ALLREDUCE_FP16: 1.0, ALLREDUCE: 1.0}, fast)
+    assert policy.route("a", LARGE, guarded=False).kind in (ALLREDUCE, ALLREDUCE_FP16)
+    assert policy.guard.winner == SPARSE
+    large, small = (policy.route(key, info) for key, info in (("a", LARGE), ("b", SMALL)))
+    assert (large.kind, large.label, small.kind) == (ALLGATHER, "golomb+fp16", policy.planner.dense)
 
 
 @pytest.mark.parametrize("state", [None, {}, {"step": "x", "winner": PLANNED, "compared": {}, "times": {}},

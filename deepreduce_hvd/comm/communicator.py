@@ -33,7 +33,7 @@ from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, PASS,
                       candidates)
 from .sparse_allreduce import Exchange
 from .state import FORMAT, SetState, check_state, set_key
-from .step_guard import StepGuard
+from .step_guard import SPARSE, StepGuard
 
 
 class Caller(NamedTuple):
@@ -126,10 +126,11 @@ class Communicator:
         return state.policy
 
     def _guard(self, planner, process_set):
-        """The step guard of a time-aware set: the plan against Horovod's allreduce of every
-        tensor (fp16 where values may be lossy, and fp32), first once the planner settled."""
+        """The step guard of a time-aware set: the plan against the sparse arm and Horovod's
+        allreduce of every tensor (fp16 where values may be lossy, and fp32), first once the
+        planner settled."""
         adapter = self.adapter
-        arms = (ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (ALLREDUCE,)
+        arms = (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
         return StepGuard(arms, planner.settled_after + 1, lambda seconds: adapter.allgather_numbers(
             seconds, process_set, "DeepReduce.guard").mean(axis=0))
 

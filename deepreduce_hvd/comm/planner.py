@@ -38,6 +38,7 @@ import numpy as np
 from ..codecs.choice import is_auto
 from ..codecs.sparse_codec import SparseCodec
 from ..errors import DeepReduceError
+from .step_guard import SPARSE
 
 ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, PASS = "allreduce", "allreduce_fp16", "allgather", "pass"
 HIERARCHICAL, SPARSE_ALLREDUCE = "hierarchical", "sparse_allreduce"
@@ -145,7 +146,8 @@ class Policy:
     (sparse layouts, integers, empty tensors; small tensors when the codec is fixed), the
     hierarchical exchange, or the planner's choice of Horovod's allreduce (fp32/fp16) or a
     sparse allgather with a codec, unless the step guard (comm/step_guard.py) runs this step
-    by Horovod's allreduce of every tensor. Pipeline only executes what it is told."""
+    by Horovod's allreduce of every tensor, or by the fastest sparse option of every tensor
+    that may go sparse. Pipeline only executes what it is told."""
 
     def __init__(self, planner, hierarchical=False, guard=None):
         self.planner, self.hierarchical, self.guard = planner, hierarchical, guard
@@ -163,9 +165,12 @@ class Policy:
         small = info.size is not None and info.size < max(self.planner.pipeline.min_size, 1)
         if self.hierarchical:  # small tensors: Horovod's flat allreduce, on every rank alike
             return Plan(PASS if small else HIERARCHICAL)
-        dense = self.guard.kind(key) if guarded and self.guard is not None else None
-        if dense is not None:
-            return Plan(dense, None, dense)
+        arm = self.guard.kind(key) if guarded and self.guard is not None else None
+        sparse = arm == SPARSE and info.size is not None and self.planner.sparse(key, info.size)
+        if sparse:
+            return sparse
+        if arm not in (None, SPARSE):
+            return Plan(arm, None, arm)
         if info.size is None:  # a traced graph's shape known only at run time: the allgather,
             return Plan(ALLGATHER)  # its codec chosen when the graph runs
         return self.planner.plan(key, info.size, True)
@@ -310,6 +315,17 @@ class TimePlanner:
             return Plan(ALLREDUCE, None, best)
         if best == ALLREDUCE_FP16:
             return Plan(ALLREDUCE_FP16, None, best)
+        return Plan(self.kind_of[best], self.candidates[best], best, self.fallback)
+
+    def sparse(self, name, size):
+        """The Plan of the sparse option predicted fastest for a tensor now (the step guard's
+        sparse arm; no exploration), or None where it is too small to go sparse."""
+        if size < max(self.pipeline.min_size, 1):
+            return None
+        state = self._tensors.setdefault(name, _TensorState())
+        k = self.pipeline.selection_count(size, name)
+        best = min(self.candidates, key=lambda label: (
+            self._predict(label, size, k, state.measured), label))
         return Plan(self.kind_of[best], self.candidates[best], best, self.fallback)
 
     def _contenders(self, state):

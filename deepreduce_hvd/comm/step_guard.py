@@ -3,13 +3,17 @@
 The planner prices each tensor alone: encode + wire + decode. Inside a training step the wire
 time of a dense allreduce is mostly hidden behind the rest of backward, while the CPU of
 selection, encoding and decoding is taken from it; on a compute-bound model (ResNet-50 on this
-CPU) routes that each look cheaper make the step slower. The guard judges the plan by what the
-job observes: now and then every tensor of the set runs a few steps the planner's way and a
-few by Horovod's own allreduce of every tensor (fp16, where values may be lossy, and fp32), the
-step times (the least of each arm's timed steps, averaged over the ranks) are compared, and the
-faster dense arm runs until the next comparison unless the plan beats it by PLAN_MARGIN. A step is the time between two calls for the
-first tensor ever routed (the pacer); the first step of each arm is not timed (a switch pays
-Horovod's negotiation of names it has not seen).
+CPU) routes that each look cheaper make the step slower. And the other way: measured while
+more ranks than cores compete, a codec can look slower than the dense allreduce it would beat
+by 3x (the wide MLP at 4 ranks on 2 cores). The guard judges the plan by what the job
+observes: now and then every tensor of the set runs a few steps the planner's way, a few with
+every tensor the planner may send sparse sent by its fastest sparse option (the sparse arm),
+and a few by Horovod's own allreduce of every tensor (fp16, where values may be lossy, and
+fp32); the step times (the least of each arm's timed steps, averaged over the ranks) are
+compared, and the fastest other arm runs until the next comparison unless the plan beats it
+by PLAN_MARGIN. A step is the time between two calls for the first tensor ever routed (the
+pacer); the first step of each arm is not timed (a switch pays Horovod's negotiation of names
+it has not seen).
 
 Decisions are identical on every rank: the schedule follows the pacer's calls, which every
 rank makes at the same steps, and the times compared are agreed by one small allgather.
@@ -19,16 +23,17 @@ import time
 from ..errors import DeepReduceError
 
 PLANNED = "planned"  # the arm where each tensor takes the planner's route
+SPARSE = "sparse"    # the arm where each tensor that may go sparse takes its fastest sparse option
 TRIAL_STEPS = 3  # steps of each arm per comparison (the first is not timed)
 PERIOD = 200     # steps on the winning arm between two comparisons
-# the plan must beat the faster dense arm by this share: a plan barely faster saves little,
+# the plan must beat the fastest other arm by this share: a plan barely faster saves little,
 # one judged faster by the noise of a few steps breaks the promise not to be slower than
 # Horovod's own allreduce (ResNet-50 here: steps of 3.4-4.3 s on one arm)
 PLAN_MARGIN = 0.05
 
 
 class StepGuard:
-    """arms: the dense kinds compared with the plan ("allreduce_fp16", "allreduce"); start:
+    """arms: those compared with the plan (SPARSE, "allreduce_fp16", "allreduce"); start:
     the step of the first comparison (after the planner has explored its candidates); agree:
     list of seconds -> those seconds averaged over the set's ranks (a collective)."""
 
@@ -45,8 +50,8 @@ class StepGuard:
         self.compared = {}       # arm -> agreed seconds at the last comparison
 
     def kind(self, key):
-        """The dense kind every tensor takes in this step, or None: the planner's route. Called
-        for every routed tensor; the pacer's call begins a step."""
+        """The arm every tensor takes in this step (SPARSE or a dense kind), or None: the
+        planner's route. Called for every routed tensor; the pacer's call begins a step."""
         if self.pacer is None:
             self.pacer = key
         if key == self.pacer:
@@ -70,13 +75,13 @@ class StepGuard:
             self.timing = self.current if into % self.trial_steps else None
 
     def _decide(self):
-        """The dense arm with the least agreed step time, unless the plan is PLAN_MARGIN
+        """The other arm with the least agreed step time, unless the plan is PLAN_MARGIN
         faster still."""
         seconds = self.agree([min(self.times.get(arm, [float("inf")])) for arm in self.arms])
         self.compared = dict(zip(self.arms, (float(s) for s in seconds)))
-        dense = min(self.arms[1:], key=self.compared.get)
-        planned = self.compared[PLANNED] < (1 - PLAN_MARGIN) * self.compared[dense]
-        self.winner = PLANNED if planned else dense
+        other = min(self.arms[1:], key=self.compared.get)
+        planned = self.compared[PLANNED] < (1 - PLAN_MARGIN) * self.compared[other]
+        self.winner = PLANNED if planned else other
         self.times = {}
 
     def report(self):

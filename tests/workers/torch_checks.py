@@ -219,22 +219,25 @@ def check_time_aware():
 
 
 def check_step_guard():
-    """The step guard compares the plan with Horovod's allreduce of every tensor (fp16, fp32)
-    once the planner settled: in each arm's steps every tensor takes that arm's route, the
-    comparison and its winner are the same on every rank, and the winner then runs."""
+    """The step guard compares the plan with the sparse arm and Horovod's allreduce of every
+    tensor (fp16, fp32) once the planner settled: in each arm's steps every tensor takes that
+    arm's route, the comparison and its winner are the same on every rank, and the winner
+    then runs."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
-    compression, steps = time_aware_steps(model, "10mbit", 30, lambda stats: (
+    compression, steps = time_aware_steps(model, "10mbit", 34, lambda stats: (
         stats["tensors_compressed"], stats["guard"]["global"]))
     guard = steps[-1][1]
     start = compression.comm.sets["global"].policy.planner.settled_after + 1
-    planned, dense = steps[start - 1:start + 2], steps[start + 2:start + 8]
+    planned, sparse = steps[start - 1:start + 2], steps[start + 2:start + 5]
+    dense = steps[start + 5:start + 11]
     assert all(compressed > 0 for compressed, _ in planned), steps  # the 10 Mbit/s plan: sparse
+    assert all(compressed == 2 for compressed, _ in sparse), steps  # both weights (>= min_size)
     assert all(compressed == 0 for compressed, _ in dense), steps   # both dense arms
-    assert set(guard["compared_ms"]) == {"planned", "allreduce_fp16", "allreduce"}, guard
-    after = steps[start + 8:]
-    assert all((compressed > 0) == (guard["winner"] == "planned") for compressed, _ in after), \
-        (guard, steps)
+    assert set(guard["compared_ms"]) == {"planned", "sparse", "allreduce_fp16", "allreduce"}, guard
+    after = steps[start + 11:]
+    assert all((compressed > 0) == (guard["winner"] in ("planned", "sparse"))
+               for compressed, _ in after), (guard, steps)
 
 
 if __name__ == "__main__":
