@@ -9,8 +9,10 @@ encoding and decoding run as `tf.numpy_function` ops and payloads travel through
 collectives (adapters/tf_adapter.py). Inside a traced function the way a tensor travels is
 chosen when the function is traced (the graph's structure is fixed then; a gradient whose
 shape is known only at run time, as Horovod's sparse_as_dense makes them, takes the
-allgather); the codec of a sparse tensor is still chosen at every step. Payloads are the same
-bytes as PyTorch's, and the hierarchical mode works here too.
+allgather); the codec of a sparse tensor is still chosen at every step, and the step guard
+(comm/step_guard.py) may still send every tensor traced sparse by Horovod's fp32 allreduce:
+both ways are in the graph, and one op per step picks one for all of them. Payloads are the
+same bytes as PyTorch's, and the hierarchical mode works here too.
 
 Residual memory and the planner are keyed by the name Horovod was given (`allreduce_gradients`
 below names them after their variables) or, in a graph, the gradient tensor's graph name

@@ -85,6 +85,24 @@ class Adapter:
         """Call fn now, or every time the traced graph runs."""
         fn()
 
+    # ---- a traced graph's choice at run time (only adapters that trace implement these) ----
+    def per_graph(self, key: str, make: Callable[[], Any]) -> Any:
+        """make()'s tensor, made once per graph being traced (the same for every call in it)."""
+        raise NotImplementedError
+
+    def switch(self, predicate: Any, if_true: Callable[[], Any], if_false: Callable[[], Any]) -> Any:
+        """The outputs of if_true() or if_false(), chosen when the graph runs by the
+        one-element boolean `predicate`; only the chosen one's ops run."""
+        raise NotImplementedError
+
+    def flat(self, tensor: Any) -> Any:
+        """tensor as one dimension."""
+        raise NotImplementedError
+
+    def no_bytes(self) -> Any:
+        """An empty uint8 tensor."""
+        raise NotImplementedError
+
     # ---- process sets (hvd: the framework's horovod module) ----
     hvd: Any = None
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
 from .base import Adapter, TensorInfo
 from .tf_device import DevicePath
@@ -28,6 +30,9 @@ def op_name(name):
 
 class TFAdapter(Adapter):
     hvd = hvd
+
+    def __init__(self):
+        self._per_graph = weakref.WeakKeyDictionary()  # graph -> {key: tensor made once in it}
 
     def info(self, tensor):
         size = tensor.shape.num_elements()
@@ -77,6 +82,28 @@ class TFAdapter(Adapter):
             fn()
             return np.int32(0)
         tf.numpy_function(run, [], tf.int32, stateful=True)  # a stateful op runs every step
+
+    def per_graph(self, key, make):
+        """Made in the function graph around the control flow being traced (Horovod 0.28.1
+        traces each allreduce inside a tf.cond of its own), so that every tensor's branch
+        captures the same tensor."""
+        graph = tf.compat.v1.get_default_graph()
+        while isinstance(graph, ControlFlowFuncGraph) and graph.outer_graph is not None:
+            graph = graph.outer_graph
+        made = self._per_graph.setdefault(graph, {})
+        if key not in made:
+            with graph.as_default():
+                made[key] = make()
+        return made[key]
+
+    def switch(self, predicate, if_true, if_false):
+        return tf.cond(tf.reshape(predicate, []), if_true, if_false)
+
+    def flat(self, tensor):
+        return tf.reshape(tensor, [-1])
+
+    def no_bytes(self):
+        return tf.zeros([0], tf.uint8)
 
     # ---- process sets (the rest: Adapter's) ----
     def inverse_size(self, process_set):

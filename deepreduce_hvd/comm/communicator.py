@@ -33,7 +33,7 @@ from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, PASS,
                       candidates)
 from .sparse_allreduce import Exchange
 from .state import FORMAT, SetState, check_state, set_key
-from .step_guard import SPARSE, StepGuard
+from .step_guard import GRAPH_STEP, SPARSE, StepGuard
 
 
 class Caller(NamedTuple):
@@ -47,13 +47,14 @@ class Caller(NamedTuple):
 class Flight:
     """One tensor between compress and decompress: its plan and what decompress needs."""
     __slots__ = ("plan", "state", "process_set", "name", "key", "tensor", "info", "in_place",
-                 "handle", "plans", "local", "inner", "dense", "total", "exchange")
+                 "handle", "plans", "local", "inner", "dense", "total", "exchange", "switch")
 
     def __init__(self, plan, state, process_set, name, key, tensor, info, in_place=False):
         self.plan, self.state, self.process_set = plan, state, process_set
         self.name, self.key, self.tensor, self.info, self.in_place = name, key, tensor, info, in_place
         self.plans = {"current": plan}  # the plan of the step that runs (a traced graph re-plans)
         self.handle = self.local = self.inner = self.dense = self.total = self.exchange = None
+        self.switch = None  # a traced graph's (guard's choice, fp32 flight): see _switched
 
 
 class Communicator:
@@ -101,9 +102,10 @@ class Communicator:
         self.pipeline = Pipeline(**options)  # validates it
         self.options.pipeline, self.sets = options, {}
 
-    def policy(self, state: SetState, process_set: Any) -> Policy:
-        """The set's policy, built on first use: the planner (calibrated on the set, or on
-        the hosts' leaders in the hierarchical mode) and the hierarchy of hosts."""
+    def policy(self, state: SetState, process_set: Any, traced: bool) -> Policy:
+        """The set's policy, built on first use (traced: in a graph being traced): the
+        planner (calibrated on the set, or on the hosts' leaders in the hierarchical mode),
+        the hierarchy of hosts and the step guard."""
         if state.policy is None:
             exchange = process_set
             if self.options.hierarchical:
@@ -118,19 +120,20 @@ class Communicator:
                 state.hierarchy.is_leader else FixedPlanner(state.pipeline)
             guard = None
             if isinstance(planner, TimePlanner) and not state.hierarchy:
-                guard = self._guard(planner, process_set)
+                guard = self._guard(planner, process_set, traced)
                 if state.saved_guard:
                     guard.load_state_dict(state.saved_guard)
                 state.saved_guard = None
             state.policy = Policy(planner, hierarchical=bool(state.hierarchy), guard=guard)
         return state.policy
 
-    def _guard(self, planner, process_set):
+    def _guard(self, planner, process_set, traced):
         """The step guard of a time-aware set: the plan against the sparse arm and Horovod's
         allreduce of every tensor (fp16 where values may be lossy, and fp32), first once the
-        planner settled."""
+        planner settled. In a traced graph the plan against fp32 alone (see _switched)."""
         adapter = self.adapter
-        arms = (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
+        arms = (ALLREDUCE,) if traced else \
+            (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
         return StepGuard(arms, planner.settled_after + 1, lambda seconds: adapter.allgather_numbers(
             seconds, process_set, "DeepReduce.guard").mean(axis=0))
 
@@ -166,9 +169,10 @@ class Communicator:
         else:
             key = caller.name if caller.name is not None else \
                 f"unnamed:{info.shape}:{info.dtype}:{caller.member}"
+            traced = adapter.traced()
             with adapter.eagerly():  # calibration (once) runs now, also while tracing a graph
-                plan = self.policy(state, process_set).route(key, info, not adapter.traced())
-            if adapter.traced():  # the graph keeps this kind: one traced after an elastic
+                plan = self.policy(state, process_set, traced).route(key, info, not traced)
+            if traced:  # the graph keeps this kind: one traced after an elastic
                 kind = state.traced_kinds.setdefault(key, plan.kind)  # reset keeps rank 0's
                 plan = plan if kind == plan.kind else Plan(kind, label=kind)
         if plan.kind == PASS:
@@ -181,7 +185,39 @@ class Communicator:
             return self._start_across_hosts(flight)
         if plan.kind == SPARSE_ALLREDUCE:
             return self._scatter(flight)
+        if plan.kind == ALLGATHER and adapter.traced() and state.policy.guard is not None \
+                and info.size is not None:
+            return self._switched(flight)
         return self._send(flight), flight
+
+    def _switched(self, flight):
+        """A traced graph's sparse flight, which the step guard may send by Horovod's fp32
+        allreduce instead: both ways are in the graph and one op per graph and step asks the
+        guard which runs (every tensor of the step, and every rank, alike). Tensors traced
+        dense keep their kind, so the guard's dense arm is fp32 for the tensors traced sparse."""
+        adapter, state = self.adapter, flight.state
+        dense_now = adapter.per_graph(f"DeepReduce.guard@{adapter.set_id(flight.process_set)}",
+                                      lambda: adapter.host_call(lambda: np.array(
+                                          [self._graph_arm(state) == ALLREDUCE]), [], "bool"))
+        dense = Flight(Plan(ALLREDUCE, None, ALLREDUCE), flight.state, flight.process_set,
+                       flight.name, flight.key, flight.tensor, flight.info, flight.in_place)
+        flight.switch = (dense_now, dense)
+
+        def sparse():
+            placeholder = self._send(flight)
+            return placeholder, flight.handle
+        sent, flight.handle = adapter.switch(
+            dense_now, lambda: (adapter.flat(self._send(dense)), adapter.no_bytes()), sparse)
+        return sent, flight
+
+    @staticmethod
+    def _graph_arm(state):
+        """The step guard's arm for this step of a traced graph (None: the traced routes). None
+        for good after an elastic reset: graphs are not traced again, so the old ranks' hold
+        the guard of before and a rank that joined would start another."""
+        guarded = state.policy is not None and state.policy.guard is not None
+        return state.policy.guard.kind(GRAPH_STEP) if guarded and not state.graphs_unguarded \
+            else None
 
     def _send(self, flight):
         """What goes to Horovod's allreduce: the compensated tensor (dense plans), or the
@@ -249,6 +285,11 @@ class Communicator:
             if any(f is flight for f in self._reducing):
                 self._reduce_all()
             out = self._gather(reduced, flight)
+        elif flight.switch is not None:
+            dense_now, dense = flight.switch
+            out = self.adapter.switch(
+                dense_now, lambda: self.adapter.finish(self._receive(reduced, dense), flight.tensor),
+                lambda: self._receive(reduced, flight))
         else:
             out = self._receive(reduced, flight)
         return self._for_optimizer(out, flight)
@@ -423,7 +464,8 @@ class Communicator:
         """After an elastic job's ranks changed (every rank calls it): the sets other than
         the global one are gone; routing, calibration and hosts are measured again on every
         rank alike; each tensor's step count, and the way each tensor of a traced graph
-        travels (graphs are not traced again), are rank 0's. Residuals stay with their ranks."""
+        travels (graphs are not traced again), are rank 0's, and the step guard stays out of
+        traced graphs from then on. Residuals stay with their ranks."""
         adapter, everyone = self.adapter, self.adapter.global_set()
         self._in_flight, self._reducing = [], []
         self.sets = {key: s for key, s in self.sets.items() if key == self._key(everyone)}
@@ -431,4 +473,5 @@ class Communicator:
         state.reset_routing()
         steps, state.traced_kinds = adapter.broadcast_object(
             (state.pipeline.steps(), state.traced_kinds), everyone, "DeepReduce.rejoin")
+        state.graphs_unguarded = bool(state.traced_kinds)
         state.pipeline.set_steps(steps)

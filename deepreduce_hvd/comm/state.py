@@ -50,6 +50,8 @@ class SetState:
     hierarchy: the hosts and their process sets (the hierarchical mode, global set only).
     device: the pipeline's device path (adapters), made on first use.
     traced_kinds: how each tensor travels in a traced (TensorFlow) graph, fixed at tracing.
+    graphs_unguarded: whether the step guard stays out of traced graphs (after an elastic
+      reset: the graphs traced before it hold the guard of before).
     ranges: each tensor's split into the ranks' ranges for the sparse allreduce.
     """
 
@@ -62,6 +64,7 @@ class SetState:
         self.saved_planner = None  # a restored planner state, applied when the policy is built
         self.saved_guard = None    # and the step guard's
         self.traced_kinds = {}     # key -> the kind a traced graph fixed for that tensor
+        self.graphs_unguarded = False
         self.ranges = Ranges()
 
     def reset_routing(self):

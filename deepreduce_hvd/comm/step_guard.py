@@ -16,7 +16,10 @@ pacer); the first step of each arm is not timed (a switch pays Horovod's negotia
 it has not seen).
 
 Decisions are identical on every rank: the schedule follows the pacer's calls, which every
-rank makes at the same steps, and the times compared are agreed by one small allgather.
+rank makes at the same steps, and the times compared are agreed by one small allgather. In a
+traced TensorFlow graph, whose tensors keep the kind they were traced with, the pacer is one
+op per graph and step (GRAPH_STEP) and the plan is compared with fp32 alone, for the tensors
+traced sparse (comm/communicator.py, _switched).
 """
 import time
 
@@ -24,6 +27,7 @@ from ..errors import DeepReduceError
 
 PLANNED = "planned"  # the arm where each tensor takes the planner's route
 SPARSE = "sparse"    # the arm where each tensor that may go sparse takes its fastest sparse option
+GRAPH_STEP = "graph step"  # the pacer of a traced graph: one op per step asks for the arm
 TRIAL_STEPS = 3  # steps of each arm per comparison (the first is not timed)
 PERIOD = 200     # steps on the winning arm between two comparisons
 # the plan must beat the fastest other arm by this share: a plan barely faster saves little,
