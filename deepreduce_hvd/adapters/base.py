@@ -90,9 +90,9 @@ class Adapter:
         """make()'s tensor, made once per graph being traced (the same for every call in it)."""
         raise NotImplementedError
 
-    def switch(self, predicate: Any, if_true: Callable[[], Any], if_false: Callable[[], Any]) -> Any:
-        """The outputs of if_true() or if_false(), chosen when the graph runs by the
-        one-element boolean `predicate`; only the chosen one's ops run."""
+    def switch(self, index: Any, branches: Sequence[Callable[[], Any]]) -> Any:
+        """The outputs of branches[index](), chosen when the graph runs by the one-element
+        int32 `index`; only the chosen branch's ops run."""
         raise NotImplementedError
 
     def flat(self, tensor: Any) -> Any:

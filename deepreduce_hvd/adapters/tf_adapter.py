@@ -96,8 +96,8 @@ class TFAdapter(Adapter):
                 made[key] = make()
         return made[key]
 
-    def switch(self, predicate, if_true, if_false):
-        return tf.cond(tf.reshape(predicate, []), if_true, if_false)
+    def switch(self, index, branches):
+        return tf.switch_case(tf.reshape(index, []), branches)
 
     def flat(self, tensor):
         return tf.reshape(tensor, [-1])

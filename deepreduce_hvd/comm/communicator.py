@@ -35,6 +35,8 @@ from .sparse_allreduce import Exchange
 from .state import FORMAT, SetState, check_state, set_key
 from .step_guard import GRAPH_STEP, SPARSE, StepGuard
 
+GRAPH_ARMS = (None, ALLREDUCE_FP16, ALLREDUCE)  # what a traced graph's switch runs: the plan, dense
+
 
 class Caller(NamedTuple):
     """What compress knows about the Horovod call that invoked it."""
@@ -54,7 +56,7 @@ class Flight:
         self.name, self.key, self.tensor, self.info, self.in_place = name, key, tensor, info, in_place
         self.plans = {"current": plan}  # the plan of the step that runs (a traced graph re-plans)
         self.handle = self.local = self.inner = self.dense = self.total = self.exchange = None
-        self.switch = None  # a traced graph's (guard's choice, fp32 flight): see _switched
+        self.switch = None  # a traced graph's (guard's arm, dense sum): see _switched
 
 
 class Communicator:
@@ -130,10 +132,11 @@ class Communicator:
     def _guard(self, planner, process_set, traced):
         """The step guard of a time-aware set: the plan against the sparse arm and Horovod's
         allreduce of every tensor (fp16 where values may be lossy, and fp32), first once the
-        planner settled. In a traced graph the plan against fp32 alone (see _switched)."""
+        planner settled. In a traced graph the plan against fp16 and fp32 (see _switched)."""
         adapter = self.adapter
-        arms = (ALLREDUCE,) if traced else \
-            (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
+        arms = (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
+        if traced:  # a graph's tensors keep their traced kinds (see _switched)
+            arms = tuple(arm for arm in arms if arm in GRAPH_ARMS)
         return StepGuard(arms, planner.settled_after + 1, lambda seconds: adapter.allgather_numbers(
             seconds, process_set, "DeepReduce.guard").mean(axis=0))
 
@@ -191,23 +194,31 @@ class Communicator:
         return self._send(flight), flight
 
     def _switched(self, flight):
-        """A traced graph's sparse flight, which the step guard may send by Horovod's fp32
-        allreduce instead: both ways are in the graph and one op per graph and step asks the
-        guard which runs (every tensor of the step, and every rank, alike). Tensors traced
-        dense keep their kind, so the guard's dense arm is fp32 for the tensors traced sparse."""
-        adapter, state = self.adapter, flight.state
-        dense_now = adapter.per_graph(f"DeepReduce.guard@{adapter.set_id(flight.process_set)}",
-                                      lambda: adapter.host_call(lambda: np.array(
-                                          [self._graph_arm(state) == ALLREDUCE]), [], "bool"))
-        dense = Flight(Plan(ALLREDUCE, None, ALLREDUCE), flight.state, flight.process_set,
-                       flight.name, flight.key, flight.tensor, flight.info, flight.in_place)
-        flight.switch = (dense_now, dense)
+        """A traced graph's sparse flight, which the step guard may send by Horovod's fp16 or
+        fp32 allreduce instead: every way is in the graph and one op per graph and step asks
+        the guard which runs (every tensor of the step, and every rank, alike). Horovod's
+        allreduce around compress always gets the placeholder; a dense arm sums the tensor
+        in an allreduce of its own and scales the sum by it, as the sparse routes do."""
+        adapter, state, process_set = self.adapter, flight.state, flight.process_set
+        arm = adapter.per_graph(f"DeepReduce.guard@{adapter.set_id(process_set)}",
+                                lambda: adapter.host_call(lambda: np.array(
+                                    [GRAPH_ARMS.index(self._graph_arm(state))], np.int32), [], "int32"))
 
-        def sparse():
+        def planned():
             placeholder = self._send(flight)
-            return placeholder, flight.handle
-        sent, flight.handle = adapter.switch(
-            dense_now, lambda: (adapter.flat(self._send(dense)), adapter.no_bytes()), sparse)
+            return placeholder, flight.handle, adapter.as_float32(adapter.no_bytes())
+
+        def dense(kind):
+            def by_allreduce():
+                alone = Flight(Plan(kind, None, kind), state, process_set, flight.name, flight.key,
+                               flight.tensor, flight.info, flight.in_place)
+                summed = adapter.wait(adapter.allreduce_sum(
+                    self._send(alone), f"DeepReduce.{kind}.{flight.key}", process_set))
+                return (adapter.inverse_size(process_set), adapter.no_bytes(),
+                        adapter.flat(adapter.as_float32(summed)))
+            return by_allreduce
+        sent, flight.handle, summed = adapter.switch(arm, [planned] + [dense(k) for k in GRAPH_ARMS[1:]])
+        flight.switch = (arm, summed)
         return sent, flight
 
     @staticmethod
@@ -216,8 +227,9 @@ class Communicator:
         for good after an elastic reset: graphs are not traced again, so the old ranks' hold
         the guard of before and a rank that joined would start another."""
         guarded = state.policy is not None and state.policy.guard is not None
-        return state.policy.guard.kind(GRAPH_STEP) if guarded and not state.graphs_unguarded \
+        arm = state.policy.guard.kind(GRAPH_STEP) if guarded and not state.graphs_unguarded \
             else None
+        return arm if arm in GRAPH_ARMS else None
 
     def _send(self, flight):
         """What goes to Horovod's allreduce: the compensated tensor (dense plans), or the
@@ -286,10 +298,16 @@ class Communicator:
                 self._reduce_all()
             out = self._gather(reduced, flight)
         elif flight.switch is not None:
-            dense_now, dense = flight.switch
-            out = self.adapter.switch(
-                dense_now, lambda: self.adapter.finish(self._receive(reduced, dense), flight.tensor),
-                lambda: self._receive(reduced, flight))
+            arm, summed = flight.switch
+            adapter, planner = self.adapter, flight.state.policy.planner
+
+            def dense(kind):
+                def scaled():
+                    adapter.at_run_time(lambda: planner.observe(flight.key, Plan(kind, None, kind), None))
+                    return adapter.finish(adapter.scaled(summed, reduced), flight.tensor)
+                return scaled
+            out = adapter.switch(arm, [lambda: self._receive(reduced, flight)] +
+                                 [dense(kind) for kind in GRAPH_ARMS[1:]])
         else:
             out = self._receive(reduced, flight)
         return self._for_optimizer(out, flight)

@@ -37,8 +37,8 @@ class Options:
       objective: "time" (default): with an "auto" codec, each tensor takes the way with the
         least predicted time, Horovod's own fp32 or fp16 allreduce included, and the step
         guard runs every tensor by Horovod's allreduce, or every tensor that may go sparse
-        sparse, where whole steps measure faster that way (comm/step_guard.py; not in a traced
-        graph); "bytes": the smallest payload every time.
+        sparse, where whole steps measure faster that way (comm/step_guard.py; in a traced
+        graph: fp32 for the tensors traced sparse); "bytes": the smallest payload every time.
       bandwidth: the link's bits per second (a number or "1gbit", "100mbit"); by default it is
         measured once with the job's own collectives.
       process_set: the Horovod process set the gradients are reduced over (default: the

@@ -209,9 +209,9 @@ def check_time_aware():
 
 def check_step_guard_in_a_traced_tape():
     """In a tf.function tape the step guard still acts: once the planner settled, 3 steps
-    the traced way (the big gradient sparse on a slow link) and 3 with every gradient traced
-    sparse sent by Horovod's fp32 allreduce, one verdict on every rank, then the winner runs;
-    variables stay identical. After an elastic reset it stays out of graphs."""
+    the traced way (the big gradient sparse on a slow link), 3 with every gradient traced
+    sparse sent by Horovod's fp16 allreduce and 3 by fp32, one verdict on every rank, then the
+    winner runs; variables stay identical. After an elastic reset it stays out of graphs."""
     tf.random.set_seed(0)
     w1 = tf.Variable(tf.random.normal((64, 256), seed=1), name="gw1")
     w2 = tf.Variable(tf.random.normal((256, 4), seed=2), name="gw2")
@@ -226,7 +226,7 @@ def check_step_guard_in_a_traced_tape():
         opt.apply_gradients(zip(tape.gradient(loss, [w1, w2]), [w1, w2]))
 
     history = []
-    for _ in range(28):
+    for _ in range(32):
         compression.reset_stats()
         step(tf.constant(rng.standard_normal((16, 64)), tf.float32))
         stats = compression.stats()
@@ -239,17 +239,32 @@ def check_step_guard_in_a_traced_tape():
             np.testing.assert_array_equal(copies[0], other)
     start = compression.comm.sets["global"].policy.planner.settled_after + 1
     guard = history[-1][1]
-    assert set(guard["compared_ms"]) == {"planned", "allreduce"}, guard
-    planned, dense = history[start - 1:start + 2], history[start + 2:start + 5]
+    assert set(guard["compared_ms"]) == {"planned", "allreduce_fp16", "allreduce"}, guard
+    planned, dense = history[start - 1:start + 2], history[start + 2:start + 8]
     assert all(compressed > 0 for compressed, _ in planned), history
     assert all(compressed == 0 for compressed, _ in dense), history
     assert all((compressed > 0) == (guard["winner"] == "planned")
-               for compressed, _ in history[start + 5:]), (guard, history)
+               for compressed, _ in history[start + 8:]), (guard, history)
+    # the dense arms deliver the average (the sum scaled by Horovod's reduced placeholder)
+    plain = DeepReduce(bandwidth="10mbit", memory=None)
+    reduce = tf.function(lambda x: hvd.allreduce(x, compression=plain, name="guarded"))
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    average = np.mean(hvd.allgather_object(x), axis=0)
+    arms = {}
+    for _ in range(start + 8):
+        plain.reset_stats()
+        got = reduce(tf.constant(x)).numpy()
+        arms[len(arms)] = plain.stats()["tensors_compressed"], got
+    for offset, tolerance in ((2, 1e-3), (5, 1e-6)):  # fp16's steps, then fp32's
+        for step_index in range(start + offset, start + offset + 3):
+            compressed, got = arms[step_index]
+            assert compressed == 0, (step_index, compressed)
+            np.testing.assert_allclose(got, average, rtol=tolerance, atol=tolerance)
     # after an elastic reset graphs are not traced again and a joining rank traces afresh:
     # no graph, old or new, is guarded from then on (a new guard's schedule would be another)
     compression.comm.rejoin()
     again = tf.function(step.python_function)
-    for _ in range(start + 6):
+    for _ in range(start + 9):
         compression.reset_stats()
         again(tf.constant(rng.standard_normal((16, 64)), tf.float32))
         assert compression.stats()["tensors_compressed"] > 0, compression.stats()
