@@ -24,8 +24,10 @@ from .tf_device import DevicePath
 
 
 def op_name(name):
-    """A collective's name as TensorFlow accepts an op name (the same on every rank)."""
-    return re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
+    """A collective's name as TensorFlow accepts an op name (the same on every rank), with
+    no "/": Horovod keys a collective whose name scope it ignores by the name's last part,
+    so "grads/a/MatMul" and "grads/b/MatMul" would be one collective."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
 
 
 class TFAdapter(Adapter):

@@ -176,46 +176,13 @@ def check_device_path():
         np.testing.assert_array_equal(a, b)
 
 
-def check_time_aware():
-    """The default DeepReduce in a traced tape: every rank makes the same choices, variables
-    stay identical, and on a slow link the big gradient takes the allgather."""
+def traced_tape_steps(compression, steps, record):
+    """`steps` SGD steps of a two-layer model in a tf.function tape reduced with `compression`
+    -> (the traced step, record(its stats) after each step); the records and the variables
+    are checked identical on every rank."""
     tf.random.set_seed(0)
-    w1 = tf.Variable(tf.random.normal((64, 256), seed=1), name="tw1")
-    w2 = tf.Variable(tf.random.normal((256, 4), seed=2), name="tw2")
-    compression = DeepReduce(bandwidth="10mbit")
-    opt = tf.optimizers.SGD(0.01)
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(tf.nn.relu(x @ w1) @ w2))
-        tape = hvd.DistributedGradientTape(tape, compression=compression)
-        grads = tape.gradient(loss, [w1, w2])
-        opt.apply_gradients(zip(grads, [w1, w2]))
-
-    history = []
-    for _ in range(20):
-        step(tf.constant(rng.standard_normal((16, 64)), tf.float32))
-        history.append({n: t["choice"] for n, t in compression.stats()["tensors"].items()})
-    for other in hvd.allgather_object(history)[1:]:
-        assert other == history, (history, other)
-    for w in (w1, w2):
-        copies = hvd.allgather_object(w.numpy())
-        for other in copies[1:]:
-            np.testing.assert_array_equal(copies[0], other)
-    assert any("+" in c for c in history[-1].values()), history[-1]
-
-
-
-def check_step_guard_in_a_traced_tape():
-    """In a tf.function tape the step guard still acts: once the planner settled, 3 steps
-    the traced way (the big gradient sparse on a slow link), 3 with every gradient traced
-    sparse sent by Horovod's fp16 allreduce and 3 by fp32, one verdict on every rank, then the
-    winner runs; variables stay identical. After an elastic reset it stays out of graphs."""
-    tf.random.set_seed(0)
-    w1 = tf.Variable(tf.random.normal((64, 256), seed=1), name="gw1")
-    w2 = tf.Variable(tf.random.normal((256, 4), seed=2), name="gw2")
-    compression = DeepReduce(bandwidth="10mbit")
+    w1 = tf.Variable(tf.random.normal((64, 256), seed=1), name="w1")
+    w2 = tf.Variable(tf.random.normal((256, 4), seed=2), name="w2")
     opt = tf.optimizers.SGD(0.01)
 
     @tf.function
@@ -226,17 +193,35 @@ def check_step_guard_in_a_traced_tape():
         opt.apply_gradients(zip(tape.gradient(loss, [w1, w2]), [w1, w2]))
 
     history = []
-    for _ in range(32):
+    for _ in range(steps):
         compression.reset_stats()
         step(tf.constant(rng.standard_normal((16, 64)), tf.float32))
-        stats = compression.stats()
-        history.append((stats["tensors_compressed"], stats["guard"]["global"]))
+        history.append(record(compression.stats()))
     for other in hvd.allgather_object(history)[1:]:
         assert other == history, (history, other)
     for w in (w1, w2):
         copies = hvd.allgather_object(w.numpy())
         for other in copies[1:]:
             np.testing.assert_array_equal(copies[0], other)
+    return step, history
+
+
+def check_time_aware():
+    """The default DeepReduce in a traced tape: every rank makes the same choices, variables
+    stay identical, and on a slow link the big gradient takes the allgather."""
+    _, history = traced_tape_steps(DeepReduce(bandwidth="10mbit"), 20, lambda stats: {
+        n: t["choice"] for n, t in stats["tensors"].items()})
+    assert any("+" in c for c in history[-1].values()), history[-1]
+
+
+def check_step_guard_in_a_traced_tape():
+    """In a tf.function tape the step guard still acts: once the planner settled, 3 steps
+    the traced way (the big gradient sparse on a slow link), 3 with every gradient traced
+    sparse sent by Horovod's fp16 allreduce and 3 by fp32, one verdict on every rank, then the
+    winner runs; variables stay identical. After an elastic reset it stays out of graphs."""
+    compression = DeepReduce(bandwidth="10mbit")
+    step, history = traced_tape_steps(compression, 32, lambda stats: (
+        stats["tensors_compressed"], stats["guard"]["global"]))
     start = compression.comm.sets["global"].policy.planner.settled_after + 1
     guard = history[-1][1]
     assert set(guard["compared_ms"]) == {"planned", "allreduce_fp16", "allreduce"}, guard
@@ -250,14 +235,14 @@ def check_step_guard_in_a_traced_tape():
     reduce = tf.function(lambda x: hvd.allreduce(x, compression=plain, name="guarded"))
     x = rng.standard_normal((64, 256)).astype(np.float32)
     average = np.mean(hvd.allgather_object(x), axis=0)
-    arms = {}
+    delivered = []
     for _ in range(start + 8):
         plain.reset_stats()
         got = reduce(tf.constant(x)).numpy()
-        arms[len(arms)] = plain.stats()["tensors_compressed"], got
+        delivered.append((plain.stats()["tensors_compressed"], got))
     for offset, tolerance in ((2, 1e-3), (5, 1e-6)):  # fp16's steps, then fp32's
         for step_index in range(start + offset, start + offset + 3):
-            compressed, got = arms[step_index]
+            compressed, got = delivered[step_index]
             assert compressed == 0, (step_index, compressed)
             np.testing.assert_allclose(got, average, rtol=tolerance, atol=tolerance)
     # after an elastic reset graphs are not traced again and a joining rank traces afresh:
