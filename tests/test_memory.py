@@ -124,3 +124,22 @@ def test_threshold_zero_sends_exactly_the_nonzeros(rng):
     pipeline = dr.Pipeline(sparsifier="threshold", threshold=0.0, index="entropy", value="raw")
     got, _ = pipeline.decompress(pipeline.compress("emb", grad), grad.shape, "float32", ranks=1)
     np.testing.assert_array_equal(got, grad)
+
+
+def test_an_fp32_send_after_a_cleared_residual_is_the_gradient_itself(rng):
+    """Horovod's fp32 allreduce of a tensor whose residual the previous fp32 send cleared
+    gets the gradient as it is (no compensation pass, no copy); once a sparse step holds
+    something back again, the next fp32 send carries it, and nothing is lost."""
+    pipeline = dr.Pipeline(ratio=0.01, index="golomb", value="raw")
+    grads = [rng.standard_normal(5000).astype(np.float32) for _ in range(4)]
+    pipeline.compress("w", grads[0])                  # sparse: 99% held back
+    held = pipeline.memory.residual("w").copy()
+    sent = pipeline.compress_dense("w", grads[1])
+    np.testing.assert_array_equal(sent, grads[1] + held)
+    sent = pipeline.compress_dense("w", grads[2])
+    assert np.shares_memory(sent, grads[2])            # the gradient itself
+    assert not pipeline.memory.residual("w").any()
+    pipeline.compress("w", grads[3])
+    held = pipeline.memory.residual("w").copy()
+    assert held.any()
+    np.testing.assert_array_equal(pipeline.compress_dense("w", grads[0]), grads[0] + held)

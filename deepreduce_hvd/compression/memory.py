@@ -21,6 +21,7 @@ class ResidualMemory:
 
     def __init__(self):
         self._residuals = {}
+        self._zero = set()  # names whose buffer is known to hold zeros (nothing handed out since)
 
     def buffer(self, name, shape, zeros=None, adopt=None):
         """The residual buffer of `name`, to compensate into in place; the first time, a
@@ -29,6 +30,7 @@ class ResidualMemory:
         residual (a restored checkpoint's) into such a framework buffer; without it a
         framework buffer comes back as numpy."""
         shape = tuple(shape)
+        self._zero.discard(name)  # the caller may write into it
         residual = self._residuals.get(name)
         if residual is None:
             residual = self._residuals[name] = (zeros or _numpy_zeros)(shape)
@@ -47,20 +49,32 @@ class ResidualMemory:
         residual += np.asarray(gradient, dtype=np.float32)
         return residual
 
+    def cleared(self, name):
+        """`name`'s buffer was just filled with zeros (everything was sent)."""
+        self._zero.add(name)
+
+    def is_zero(self, name):
+        """Whether `name`'s buffer holds zeros: cleared, and not handed out since."""
+        return name in self._zero
+
     def deliver(self, name, positions, values):
         """Receivers got `values` at flat `positions`: the rest stays for the next step."""
+        self._zero.discard(name)
         scatter_add(self._residuals[name].reshape(-1), positions, values, -1.0)
 
     def deliver_dense(self, name, delivered):
         """Receivers got the whole (compensated) tensor as `delivered`."""
+        self._zero.discard(name)
         residual = self._residuals[name]
         residual -= np.asarray(delivered, dtype=np.float32).reshape(residual.shape)
 
     def residual(self, name):
+        self._zero.discard(name)
         return self._residuals.get(name)
 
     def items(self):
         """{name: buffer} (numpy arrays, or the framework buffers of a device path)."""
+        self._zero.clear()
         return dict(self._residuals)
 
     def load(self, residuals, assign=None):
@@ -74,7 +88,7 @@ class ResidualMemory:
             keep = (current is not None and not isinstance(current, np.ndarray) and assign is not None
                     and tuple(current.shape) == array.shape and assign(current, array))
             loaded[name] = current if keep else array
-        self._residuals = loaded
+        self._residuals, self._zero = loaded, set()
 
     def names(self):
         return set(self._residuals)
@@ -82,5 +96,7 @@ class ResidualMemory:
     def reset(self, name=None):
         if name is None:
             self._residuals.clear()
+            self._zero.clear()
         else:
             self._residuals.pop(name, None)
+            self._zero.discard(name)

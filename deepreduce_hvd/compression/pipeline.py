@@ -454,6 +454,8 @@ class Pipeline:
         start = time.perf_counter()
         memory = self.memory if name is not None else None
         dense = self._clipped(dense)
+        if memory is not None and not half and self.momentum is None and memory.is_zero(name):
+            memory = None  # nothing held back (the last fp32 send cleared it): the gradient as is
         if memory is not None:
             if self.momentum is not None:
                 dense = self.momentum.velocity(name, dense)
@@ -468,6 +470,7 @@ class Pipeline:
             sent = work.copy() if memory is not None else work
             if memory is not None:
                 work.fill(0.0)  # receivers got everything
+                memory.cleared(name)
                 if self.momentum is not None and not np.isfinite(sent).all():
                     self.momentum.reset(name)
         self.count_dense(sent.nbytes, dense.size, time.perf_counter() - start, name)
