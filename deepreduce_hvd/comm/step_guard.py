@@ -18,8 +18,8 @@ it has not seen).
 Decisions are identical on every rank: the schedule follows the pacer's calls, which every
 rank makes at the same steps, and the times compared are agreed by one small allgather. In a
 traced TensorFlow graph, whose tensors keep the kind they were traced with, the pacer is one
-op per graph and step (GRAPH_STEP) and the plan is compared with fp32 alone, for the tensors
-traced sparse (comm/communicator.py, _switched).
+op per graph and step (GRAPH_STEP) and the plan is compared with fp16 and fp32 for the
+tensors traced sparse (comm/communicator.py, _switched).
 """
 import time
 
