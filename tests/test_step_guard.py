@@ -20,8 +20,9 @@ class Job:
     """Steps of a job with two routed tensors; a step's seconds depend on its arm, and a
     switch of arm adds `switch` seconds to the first step of the new one."""
 
-    def __init__(self, seconds, switch=0.0):
+    def __init__(self, seconds, switch=0.0, sizes=(0, 0)):
         self.now, self.seconds, self.switch, self.last = 0.0, seconds, switch, PLANNED
+        self.sizes = sizes
 
     def clock(self):
         return self.now
@@ -29,7 +30,7 @@ class Job:
     def run(self, guard, steps):
         arms = []
         for _ in range(steps):
-            kinds = {guard.kind(key) for key in ("pacer", "other")}
+            kinds = {guard.kind(key, size) for key, size in zip(("pacer", "other"), self.sizes)}
             assert len(kinds) == 1, kinds  # every tensor of a step alike
             arm = kinds.pop() or PLANNED
             self.now += self.seconds[arm] + (self.switch if arm != self.last else 0.0)
@@ -38,8 +39,8 @@ class Job:
         return arms
 
 
-def guard_of(job, agree=np.asarray, start=5, period=10):
-    return StepGuard(ARMS, start, agree, trial_steps=3, period=period, clock=job.clock)
+def guard_of(job, agree=np.asarray, start=5, period=10, floor=None):
+    return StepGuard(ARMS, start, agree, trial_steps=3, period=period, clock=job.clock, floor=floor)
 
 
 def test_each_arm_runs_its_trial_then_the_fastest_runs_until_the_next_comparison():
@@ -89,17 +90,41 @@ def test_the_agreed_times_decide_not_this_ranks():
     assert np.allclose([guard.compared[arm] for arm in (PLANNED,) + ARMS], [0.2, 0.5, 0.4, 0.4])
 
 
-def test_a_restored_guard_keeps_the_schedule_and_the_winner():
-    seconds = {PLANNED: 0.3, SPARSE: 0.4, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}
-    job = Job(seconds)
-    whole = job.run(guard_of(job), 40)
-    job = Job(seconds)
-    first = guard_of(job)
-    head = job.run(first, 18)
-    resumed = guard_of(job)
-    resumed.load_state_dict(first.state_dict())
-    assert head + job.run(resumed, 22) == whole
-    assert resumed.winner == ALLREDUCE_FP16
+def test_a_dense_arm_whose_wire_alone_outlasts_the_plans_step_is_not_run():
+    """Once the plan's steps are timed, fp32, whose floor (for the elements a step routes)
+    is above the plan's agreed step, is dropped from the comparison; fp16, whose floor is
+    below, runs, and wins."""
+    asked = []
+
+    def floor(arm, elements):
+        asked.append((arm, elements))
+        return {ALLREDUCE_FP16: 0.1, ALLREDUCE: 0.35}.get(arm)
+    job = Job({PLANNED: 0.3, SPARSE: 0.4, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.1}, sizes=(1000, 24))
+    guard = guard_of(job, floor=floor)
+    assert job.run(guard, 4 + 9 + 5) == [PLANNED] * 7 + [SPARSE] * 3 + [ALLREDUCE_FP16] * 3 + \
+        [ALLREDUCE_FP16] * 5
+    assert set(asked) == {(SPARSE, 1024), (ALLREDUCE_FP16, 1024), (ALLREDUCE, 1024)}
+    assert guard.winner == ALLREDUCE_FP16
+    assert guard.report()["compared_ms"] == {PLANNED: 300.0, SPARSE: 400.0, ALLREDUCE_FP16: 200.0}
+    assert guard.report()["skipped_ms"] == {ALLREDUCE: 350.0}
+    job.seconds[PLANNED] = 0.5  # the next comparison runs fp32 again
+    assert job.run(guard, 5 + 12 + 1)[-4:] == [ALLREDUCE] * 4
+    assert guard.winner == ALLREDUCE and guard.report()["skipped_ms"] == {}
+
+
+@pytest.mark.parametrize("floor", [None, lambda arm, elements: 0.3 if arm == ALLREDUCE else None])
+def test_a_restored_guard_keeps_the_schedule_and_the_winner(floor):
+    seconds = {PLANNED: 0.28, SPARSE: 0.4, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.25}
+    job = Job(seconds, sizes=(10, 10))
+    whole = job.run(guard_of(job, floor=floor), 40)
+    for cut in (5, 11, 14, 18):
+        job = Job(seconds, sizes=(10, 10))
+        first = guard_of(job, floor=floor)
+        head = job.run(first, cut)
+        resumed = guard_of(job, floor=floor)
+        resumed.load_state_dict(first.state_dict())
+        assert head + job.run(resumed, 40 - cut) == whole
+        assert resumed.winner == ALLREDUCE_FP16
 
 
 def guarded_policy(seconds, bandwidth=GBIT):
@@ -137,10 +162,31 @@ def test_the_sparse_arm_sends_sparse_what_the_planner_would_send_dense():
     assert (large.kind, large.label, small.kind) == (ALLGATHER, "golomb+fp16", policy.planner.dense)
 
 
+def test_the_planners_wire_floors_a_dense_arm_by_the_bytes_it_moves():
+    """At 1 Gbit/s over 2 ranks a step of 4M elements by fp32 moves 16 MB: 0.128 s at
+    least, by fp16 half that; a plan of 0.1 s a step keeps fp16 in the comparison only."""
+    planner = TimePlanner(dr.Pipeline(ratio=0.01), {"allreduce": GBIT, "allgather": GBIT}, 2,
+                          priors(), CANDIDATES)
+    assert planner.wire(ALLREDUCE, 4_000_000) == pytest.approx(0.128)
+    assert planner.wire(ALLREDUCE_FP16, 4_000_000) == pytest.approx(0.064)
+    job = Job({PLANNED: 0.1, SPARSE: 0.2, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.2},
+              sizes=(4_000_000, 0))
+    guard = guard_of(job, floor=lambda arm, n: planner.wire(arm, n) if arm != SPARSE else None)
+    job.run(guard, 4 + 9 + 1)
+    assert set(guard.compared) == {PLANNED, SPARSE, ALLREDUCE_FP16}
+    assert guard.report()["skipped_ms"] == {ALLREDUCE: pytest.approx(128.0)}
+
+
 @pytest.mark.parametrize("state", [None, {}, {"step": "x", "winner": PLANNED, "compared": {}, "times": {}},
                                    {"step": 3, "winner": "allgather", "compared": {}, "times": {}},
                                    {"step": 3, "winner": PLANNED, "compared": {"other": 1.0}, "times": {}},
-                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {PLANNED: 1.0}}])
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {PLANNED: 1.0}},
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
+                                    "pending": ["allgather"]},
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
+                                    "pending": [PLANNED], "left": 7},
+                                   {"step": 30, "winner": PLANNED, "compared": {}, "times": {},
+                                    "next": 20}])
 def test_a_malformed_guard_state_is_refused(state):
     with pytest.raises(dr.DeepReduceError):
         guard_of(Job({})).load_state_dict(state)

@@ -132,13 +132,19 @@ class Communicator:
     def _guard(self, planner, process_set, traced):
         """The step guard of a time-aware set: the plan against the sparse arm and Horovod's
         allreduce of every tensor (fp16 where values may be lossy, and fp32), first once the
-        planner settled. In a traced graph the plan against fp16 and fp32 (see _switched)."""
+        planner settled (a dense arm whose wire alone outlasts the plan's step is not run). In
+        a traced graph the plan against fp16 and fp32 (see _switched)."""
         adapter = self.adapter
         arms = (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
         if traced:  # a graph's tensors keep their traced kinds (see _switched)
             arms = tuple(arm for arm in arms if arm in GRAPH_ARMS)
-        return StepGuard(arms, planner.settled_after + 1, lambda seconds: adapter.allgather_numbers(
-            seconds, process_set, "DeepReduce.guard").mean(axis=0))
+
+        def agree(seconds):
+            return adapter.allgather_numbers(seconds, process_set, "DeepReduce.guard").mean(axis=0)
+
+        def floor(arm, elements):  # a dense arm's wire alone
+            return planner.wire(arm, elements) if arm in (ALLREDUCE, ALLREDUCE_FP16) else None
+        return StepGuard(arms, planner.settled_after + 1, agree, floor=floor)
 
     def _planner(self, state, process_set):
         options, pipeline = self.options, state.pipeline

@@ -165,7 +165,8 @@ class Policy:
         small = info.size is not None and info.size < max(self.planner.pipeline.min_size, 1)
         if self.hierarchical:  # small tensors: Horovod's flat allreduce, on every rank alike
             return Plan(PASS if small else HIERARCHICAL)
-        arm = self.guard.kind(key) if guarded and self.guard is not None else None
+        arm = self.guard.kind(key, info.size or 0) if guarded and self.guard is not None \
+            else None
         sparse = arm == SPARSE and info.size is not None and self.planner.sparse(key, info.size)
         if sparse:
             return sparse
@@ -264,11 +265,8 @@ class TimePlanner:
     def _predict(self, label, n, k, measured):
         """Predicted seconds for one option on a tensor of n elements with k selected."""
         prior = self.priors[self.pair_of.get(label, label)]
-        if label in (ALLREDUCE, ALLREDUCE_FP16):  # fused with the others: bytes, no latency
-            cpu = prior.encode_fixed + prior.encode_per_element * n
-            link = self.links.get("allreduce_fp16" if label == ALLREDUCE_FP16 else "allreduce",
-                                  self.links["allreduce"])
-            return cpu + link.allreduce(n * prior.bits_per_selected / 8, self.ranks) - link.latency
+        if label in (ALLREDUCE, ALLREDUCE_FP16):
+            return prior.encode_fixed + prior.encode_per_element * n + self.wire(label, n)
         seen = measured.get(label, {})
         nbytes = min(seen["bytes"]) if "bytes" in seen else 64 + prior.bits_per_selected * k / 8
         if "bytes" in seen and self.pipeline.count_unknown:  # the count it was measured to send
@@ -283,6 +281,13 @@ class TimePlanner:
         decode = min(seen["decode"]) if "decode" in seen else (
             prior.decode_fixed + self.ranks * prior.decode_per_payload_selected * k)
         return encode + link.allgather(nbytes, self.ranks) + decode
+
+    def wire(self, label, n):
+        """Seconds the calibrated link takes to allreduce n elements by Horovod's allreduce
+        (label: fp32 or fp16), fused with the others: bytes, no latency."""
+        link = self.links.get("allreduce_fp16" if label == ALLREDUCE_FP16 else "allreduce",
+                              self.links["allreduce"])
+        return link.allreduce(n * self.priors[label].bits_per_selected / 8, self.ranks) - link.latency
 
     def _options(self, size, kinds=None):
         dense = [self.dense]

@@ -9,7 +9,9 @@ by 3x (the wide MLP at 4 ranks on 2 cores). The guard judges the plan by what th
 observes: now and then every tensor of the set runs a few steps the planner's way, a few with
 every tensor the planner may send sparse sent by its fastest sparse option (the sparse arm),
 and a few by Horovod's own allreduce of every tensor (fp16, where values may be lossy, and
-fp32); the step times (the least of each arm's timed steps, averaged over the ranks) are
+fp32); a dense arm whose wire alone (the elements a step routes, by Horovod's allreduce at
+the calibrated or stated link) takes longer than the plan's whole step cannot win and is not
+run. The step times (the least of each arm's timed steps, averaged over the ranks) are
 compared, and the fastest other arm runs until the next comparison unless the plan beats it
 by PLAN_MARGIN. A step is the time between two calls for the first tensor ever routed (the
 pacer); the first step of each arm is not timed (a switch pays Horovod's negotiation of names
@@ -39,27 +41,36 @@ PLAN_MARGIN = 0.05
 class StepGuard:
     """arms: those compared with the plan (SPARSE, "allreduce_fp16", "allreduce"); start:
     the step of the first comparison (after the planner has explored its candidates); agree:
-    list of seconds -> those seconds averaged over the set's ranks (a collective)."""
+    list of seconds -> those seconds averaged over the set's ranks (a collective); floor:
+    (arm, elements a step routes) -> the seconds its wire alone takes, or None (no floors)."""
 
     def __init__(self, arms, start, agree, trial_steps=TRIAL_STEPS, period=PERIOD,
-                 clock=time.perf_counter):
+                 clock=time.perf_counter, floor=None):
         self.arms = (PLANNED,) + tuple(arms)
         self.start, self.agree, self.trial_steps, self.period = start, agree, trial_steps, period
-        self.clock = clock
+        self.clock, self.floor = clock, floor
         self.pacer = self.stamp = self.timing = None
         self.step = 0            # steps begun
+        self.next = start        # the step the next comparison begins at
+        self.pending = None      # arms still to run in the comparison under way (None: none)
+        self.trial = None        # the arm on trial
+        self.left = 0            # steps it still runs
         self.winner = PLANNED    # the arm run outside comparisons
         self.current = PLANNED   # the arm of the step under way
+        self.elements = [0, 0]   # elements routed in the step under way, in the last whole one
         self.times = {}          # arm -> timed step seconds of the comparison under way
         self.compared = {}       # arm -> agreed seconds at the last comparison
+        self.skipped = {}        # arm -> its wire floor, where that alone lost to the plan
 
-    def kind(self, key):
+    def kind(self, key, size=0):
         """The arm every tensor takes in this step (SPARSE or a dense kind), or None: the
-        planner's route. Called for every routed tensor; the pacer's call begins a step."""
+        planner's route. Called for every routed tensor (size: its elements, where known); the
+        pacer's call begins a step."""
         if self.pacer is None:
             self.pacer = key
         if key == self.pacer:
             self._begin_step()
+        self.elements[0] += size
         arm = self.current
         return None if arm == PLANNED else arm
 
@@ -68,44 +79,92 @@ class StepGuard:
         if self.timing is not None and self.stamp is not None:
             self.times.setdefault(self.timing, []).append(now - self.stamp)
         self.stamp, self.step = now, self.step + 1
-        trial = len(self.arms) * self.trial_steps
-        since = self.step - self.start
-        into = since % (trial + self.period) if since >= 0 else None  # steps into the cycle
-        if into == trial:
-            self._decide()
+        self.elements = [0, self.elements[0] or self.elements[1]]
+        if self.step == self.next:
+            self.pending, self.trial, self.left, self.skipped = list(self.arms), None, 0, {}
         self.current, self.timing = self.winner, None
-        if into is not None and into < trial:
-            self.current = self.arms[into // self.trial_steps]
-            self.timing = self.current if into % self.trial_steps else None
+        if self.pending is None:
+            return
+        if not self.left:  # the arm on trial ran its steps: the next one, or the verdict
+            if self.trial == PLANNED:
+                self._drop_beaten()
+            if not self.pending:
+                self._decide()
+                self.pending, self.next = None, self.step + self.period
+                self.current = self.winner
+                return
+            self.trial, self.left = self.pending.pop(0), self.trial_steps
+        self.current = self.trial
+        self.timing = self.current if self.left < self.trial_steps else None
+        self.left -= 1
+
+    def _drop_beaten(self):
+        """Once the plan's steps are timed: the dense arms whose wire alone (the elements of a
+        step by Horovod's allreduce at the calibrated link) takes longer than the plan's whole
+        step are not run; a dense step over a slow link costs several of the plan's (the wide
+        MLP at 1 Gbit/s: 0.26 and 0.34 s against 0.06, each arm 3 steps a comparison). A
+        traced graph's pacer routes no sizes: there every arm runs."""
+        if self.floor is None or not self.elements[1]:
+            return
+        planned = self._agreed()[PLANNED]
+        for arm in list(self.pending):
+            floor = self.floor(arm, self.elements[1])
+            if floor is not None and floor > planned:
+                self.pending.remove(arm)
+                self.skipped[arm] = floor
 
     def _decide(self):
-        """The other arm with the least agreed step time, unless the plan is PLAN_MARGIN
+        """The other arm run with the least agreed step time, unless the plan is PLAN_MARGIN
         faster still."""
-        seconds = self.agree([min(self.times.get(arm, [float("inf")])) for arm in self.arms])
-        self.compared = dict(zip(self.arms, (float(s) for s in seconds)))
-        other = min(self.arms[1:], key=self.compared.get)
-        planned = self.compared[PLANNED] < (1 - PLAN_MARGIN) * self.compared[other]
+        agreed = self._agreed()
+        self.compared = {arm: agreed[arm] for arm in self.arms if arm not in self.skipped}
+        others = list(self.compared)[1:]
+        other = min(others, key=self.compared.get) if others else PLANNED
+        planned = not others or self.compared[PLANNED] < (1 - PLAN_MARGIN) * self.compared[other]
         self.winner = PLANNED if planned else other
         self.times = {}
 
+    def _agreed(self):
+        """{arm: its least timed step, averaged over the ranks} (inf: not timed); every call
+        agrees on every arm, so the collective keeps its shape."""
+        seconds = self.agree([min(self.times.get(arm, [float("inf")])) for arm in self.arms])
+        return dict(zip(self.arms, (float(s) for s in seconds)))
+
     def report(self):
-        """The arm running outside comparisons, and the step seconds the last comparison saw."""
+        """The arm running outside comparisons, the step seconds the last comparison saw, and
+        the wire floors of the arms it did not run."""
         return {"winner": self.winner, "steps": self.step,
-                "compared_ms": {arm: round(1e3 * s, 3) for arm, s in self.compared.items()}}
+                "compared_ms": {arm: round(1e3 * s, 3) for arm, s in self.compared.items()},
+                "skipped_ms": {arm: round(1e3 * s, 3) for arm, s in self.skipped.items()}}
 
     def state_dict(self):
         return {"step": self.step, "winner": self.winner, "compared": dict(self.compared),
-                "times": {arm: list(ts) for arm, ts in self.times.items()}}
+                "times": {arm: list(ts) for arm, ts in self.times.items()}, "next": self.next,
+                "pending": None if self.pending is None else list(self.pending),
+                "trial": self.trial, "left": self.left, "skipped": dict(self.skipped),
+                "elements": self.elements[1]}
 
     def load_state_dict(self, state):
-        """Resume the schedule at the saved step (the first step after it is not timed)."""
+        """Resume the schedule at the saved step (the first step after it is not timed); a
+        state saved without its schedule (an earlier version) compares again next step."""
         try:
             step, winner = int(state["step"]), state["winner"]
             compared = {arm: float(s) for arm, s in state["compared"].items()}
             times = {arm: [float(t) for t in ts] for arm, ts in state["times"].items()}
+            following = int(state.get("next", max(self.start, step + 1)))
+            pending = state.get("pending")
+            pending = None if pending is None else list(pending)
+            trial, left = state.get("trial"), int(state.get("left", 0))
+            skipped = {arm: float(s) for arm, s in state.get("skipped", {}).items()}
+            elements = int(state.get("elements", 0))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DeepReduceError(f"not a step guard state: {type(exc).__name__}: {exc}") from exc
-        if winner not in self.arms or not set(compared) | set(times) <= set(self.arms):
+        arms = set(compared) | set(times) | set(pending or ()) | set(skipped) | {winner}
+        if not arms <= set(self.arms) or trial not in self.arms + (None,):
             raise DeepReduceError(f"a step guard state of other arms than {self.arms}: {state}")
+        if not 0 <= left <= self.trial_steps or elements < 0 or following <= step and pending is None:
+            raise DeepReduceError(f"a step guard state out of its schedule: {state}")
         self.step, self.winner, self.compared, self.times = step, winner, compared, times
+        self.next, self.pending, self.trial, self.left = following, pending, trial, left
+        self.skipped, self.elements = skipped, [0, elements]
         self.pacer = self.stamp = self.timing = None
