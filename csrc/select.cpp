@@ -6,6 +6,7 @@
 // and this one produce identical payloads.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -164,17 +165,42 @@ bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict,
     return all_finite;
 }
 
+// The k-th largest of `bits` (magnitudes as their float bit patterns, which order as unsigned
+// integers): a two-level radix select, counting the top 16 bits and then, among the elements of
+// the bucket that holds the k-th, the low 16: two linear passes and a few, where nth_element
+// over a sizeable share of the tensor cost several times more (10% of 4M: 15 ms against 2).
+uint32_t kth_largest(const std::vector<uint32_t>& bits, int64_t k) {
+    std::vector<int64_t> count(1 << 16, 0);
+    for (uint32_t b : bits) ++count[b >> 16];
+    int64_t above = 0;
+    uint32_t high = 0xFFFF;
+    for (;; --high) {  // the bucket where the count from the top reaches k
+        if (above + count[high] >= k) break;
+        above += count[high];
+    }
+    std::fill(count.begin(), count.end(), 0);
+    for (uint32_t b : bits)
+        if ((b >> 16) == high) ++count[b & 0xFFFF];
+    uint32_t low = 0xFFFF;
+    for (;; --low) {
+        if (above + count[low] >= k) break;
+        above += count[low];
+    }
+    return (high << 16) | low;
+}
+
 // From candidates (ascending positions holding every element of magnitude >= the k-th
 // largest), the exact top k: all above the k-th magnitude, then the lowest-positioned ties.
 void exact_topk(const float* c, const std::vector<int64_t>& cand, int64_t k,
                 std::vector<int64_t>* indices) {
-    std::vector<float> mags(cand.size());
-    for (size_t t = 0; t < cand.size(); ++t) mags[t] = std::fabs(c[cand[t]]);
-    std::vector<float> work(mags);
-    std::nth_element(work.begin(), work.begin() + (work.size() - k), work.end());
-    float kth = work[work.size() - k];
+    std::vector<uint32_t> mags(cand.size());
+    for (size_t t = 0; t < cand.size(); ++t) {
+        float m = std::fabs(c[cand[t]]);
+        std::memcpy(&mags[t], &m, sizeof m);
+    }
+    uint32_t kth = kth_largest(mags, k);
     int64_t above = 0;
-    for (float m : mags) above += m > kth;
+    for (uint32_t m : mags) above += m > kth;
     int64_t ties = k - above;
     indices->clear();
     indices->reserve(k);

@@ -196,3 +196,23 @@ def test_fused_selection_is_the_same_on_both_engines_and_across_threads(rng, mon
         np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(residual, residual2)
     assert nan is None and nan2 is None and top[1].size == 21_000
+
+
+@pytest.mark.parametrize("ratio", [0.1, 0.4, 0.999])
+def test_native_topk_matches_numpy_at_high_density_and_ties(ratio, rng, monkeypatch):
+    """The native k-th magnitude comes from a two-level radix count over the float bits: the
+    same positions as the numpy twin, also where magnitudes tie at the boundary and where
+    they differ only in their low 16 bits (the second level decides)."""
+    if native.engine is None:
+        pytest.skip("C++ engine not built")
+    base = np.float32(1.5).view(np.uint32)
+    close = (base + rng.integers(0, 40, 300_000)).astype(np.uint32).view(np.float32)
+    dense = np.concatenate([rng.standard_normal(300_000).astype(np.float32), close,
+                            np.full(50_000, -1.5, np.float32)])
+    dense = dense[rng.permutation(dense.size)]
+    k = sparsify.selection_size(dense.size, ratio)
+    native_picked = sparsify.select("topk", dense, None, k=k)
+    monkeypatch.setattr(native, "engine", None)
+    numpy_picked = sparsify.select("topk", dense, None, k=k)
+    np.testing.assert_array_equal(native_picked[1], numpy_picked[1])
+    np.testing.assert_array_equal(native_picked[0], numpy_picked[0])
