@@ -168,7 +168,8 @@ bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict,
 // The k-th largest of `bits` (magnitudes as their float bit patterns, which order as unsigned
 // integers): a two-level radix select, counting the top 16 bits and then, among the elements of
 // the bucket that holds the k-th, the low 16: two linear passes and a few, where nth_element
-// over a sizeable share of the tensor cost several times more (10% of 4M: 15 ms against 2).
+// over a sizeable share of the tensor cost more (the whole selection of 10% of 4M elements:
+// 15.8 ms with nth_element, 8.6 with this).
 uint32_t kth_largest(const std::vector<uint32_t>& bits, int64_t k) {
     std::vector<int64_t> count(1 << 16, 0);
     for (uint32_t b : bits) ++count[b >> 16];

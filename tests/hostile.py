@@ -163,7 +163,7 @@ def _decode_once(dr, data, limit):
     except BaseException as exc:  # noqa: BLE001 - reported, and the test fails on it
         outcome = f"escaped {type(exc).__name__}: {exc}"
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    values = indices = None
+    values = indices = None  # the output goes before the next decode measures its peak
     return outcome, seconds, cpu, (rss_kb("VmHWM") - before) / 1024 - output / 2**20, elements
 
 
