@@ -148,8 +148,7 @@ def measure(name, native=True, timeout=60):
 
 def _decode_once(dr, data, limit):
     """-> (outcome, seconds, cpu seconds, peak MB beyond the output, elements) of one decode."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from fuzz import rss_kb
+    from fuzz import rss_kb  # scripts/ is on the path (_run)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current size
     before = rss_kb("VmRSS")
     start, cpu = time.perf_counter(), time.process_time()
@@ -173,6 +172,7 @@ def _run(name):
     to run), which is not work the payload asked for; the second decode reuses those pages. The
     peak memory is the larger of the two, and both decodes must end the same way."""
     import deepreduce_hvd as dr
+    sys.path.insert(0, str(ROOT / "scripts"))
     case = CASES[name]()
     data, limit = case if isinstance(case, tuple) else (case, dr.wire.payload.DEFAULT_MAX_ELEMENTS)
     runs = [_decode_once(dr, data, limit) for _ in range(2)]

@@ -13,7 +13,7 @@ routes them). The dense reference reproduces `torch/train_digits.py --compressio
 epoch for epoch on this machine (same split, init, batch order and optimizer). Per epoch it
 prints the test accuracy, the training loss and, for the largest tensor on rank 0, the share
 of the compensated velocity's energy the selection sent and the residual's energy against
-one step's velocity (how stale the unsent part is).
+the energy that step added (how stale the unsent part is).
 """
 import argparse
 import sys
@@ -62,9 +62,9 @@ def pipelines(args):
 
 def exchange(ranked, name, grads, watch=None, whole=False):
     """The update each rank's optimizer receives for one tensor (the same bits on every rank:
-    rank 0's is returned). whole: sent by the dense route, whatever its size. watch: a list that gets, for a sparse tensor, rank 0's (share of
-    the compensated tensor's energy it sent, its residual's energy against the energy this
-    step added), exact with exact values."""
+    rank 0's is returned). whole: sent by the dense route, whatever its size. watch: a list
+    that gets, for a sparse tensor, rank 0's (share of the compensated tensor's energy it
+    sent, its residual's energy against the energy this step added), exact with exact values."""
     shape, size = grads[0].shape, grads[0].size
     if whole or size < ranked[0].min_size:  # routed whole (fp32 allreduce)
         total = sum(p.compress_dense(name, g) for p, g in zip(ranked, grads)) / len(ranked)
@@ -90,9 +90,8 @@ def energies(pipeline, name, frame, before):
     compensated = left.copy()
     compensated[indices] += values
     added = compensated - before
-    sent = float(np.dot(values, values))
-    return sent / (sent + float(np.dot(left, left)) or 1.0), \
-        float(np.dot(left, left)) / (float(np.dot(added, added)) or 1e-30)
+    sent, kept = float(np.dot(values, values)), float(np.dot(left, left))
+    return sent / (sent + kept or 1.0), kept / (float(np.dot(added, added)) or 1e-30)
 
 
 def train(args, seed):
@@ -108,7 +107,7 @@ def train(args, seed):
     generators = [torch.Generator().manual_seed(seed + r) for r in range(args.ranks)]
     ranked = None if args.dense else pipelines(args)
     largest = max(named, key=lambda item: item[1].numel())[0]
-    steps, step_count = shard // args.batch_size, 0
+    steps = shard // args.batch_size
     for epoch in range(1, args.epochs + 1):
         orders = [torch.randperm(shard, generator=g) for g in generators]
         losses, watch = [], []
@@ -121,18 +120,18 @@ def train(args, seed):
                 loss.backward()
                 losses.append(loss.item())
                 grads.append({n: p.grad.numpy().copy() for n, p in named})
+            done = (epoch - 1) * steps + step - args.warmup_steps  # steps since the warm-up
+            whole = args.flush_every > 0 and done >= 0 and \
+                done % args.flush_every == args.flush_every - 1
             for name, param in named:
                 tensors = [g[name] for g in grads]
                 if ranked is None:
                     param.grad = torch.from_numpy(sum(tensors) / args.ranks)
                     continue
-                whole = args.flush_every > 0 and step_count >= args.warmup_steps and \
-                    (step_count - args.warmup_steps) % args.flush_every == args.flush_every - 1
-                update = exchange(ranked, name, tensors, None if whole or name != largest else watch,
-                                  whole)
+                watched = watch if name == largest and not whole else None
+                update = exchange(ranked, name, tensors, watched, whole)
                 param.grad = torch.from_numpy(np.ascontiguousarray(update, np.float32))
             optimizer.step()
-            step_count += 1
         with torch.no_grad():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
         shares, staleness = np.mean(watch, axis=0) if watch else (0.0, 0.0)
