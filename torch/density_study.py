@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from digits import WideMLP, digits_split
 import deepreduce_hvd as dr
+from deepreduce_hvd.compression.lowrank import worth_factoring
 from deepreduce_hvd.wire.frames import HEADER
 
 
@@ -43,6 +44,8 @@ def parse_args():
     parser.add_argument("--flush-every", type=int, default=0,
                         help="every this many steps after the warm-up, every tensor goes whole "
                              "(the planner's dense route: the residual is sent and cleared)")
+    parser.add_argument("--lowrank", type=int, default=0,
+                        help="matrices worth it travel as rank-R factors (the low-rank route)")
     parser.add_argument("--dense", action="store_true", help="no compression: the reference")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -56,7 +59,7 @@ def pipelines(args):
     return [dr.Pipeline(ratio=args.ratio, index="golomb", value=args.value, memory="residual",
                         warmup_steps=args.warmup_steps, adaptive_density=not args.fixed_density,
                         momentum=momentum, momentum_masking=args.momentum_masking,
-                        local_clip_norm=args.local_clip_norm)
+                        local_clip_norm=args.local_clip_norm, lowrank=args.lowrank)
             for _ in range(args.ranks)]
 
 
@@ -69,6 +72,11 @@ def exchange(ranked, name, grads, watch=None, whole=False):
     if whole or size < ranked[0].min_size:  # routed whole (fp32 allreduce)
         total = sum(p.compress_dense(name, g) for p, g in zip(ranked, grads)) / len(ranked)
         delivered = [total.copy() for _ in ranked]
+    elif worth_factoring(shape, ranked[0].factors.rank):  # two allreduces: P, then Q
+        p_sum = sum(p.project(name, g) for p, g in zip(ranked, grads))
+        q_sum = sum(p.settle(name, p_sum, len(ranked))[0] for p in ranked)
+        delivered = [p.reconstruct(name, q_sum, shape, 1.0 / len(ranked)).reshape(shape)
+                     for p in ranked]
     else:
         held = ranked[0].memory.residual(name)
         before = np.zeros(size, np.float32) if held is None else held.ravel().copy()

@@ -28,6 +28,8 @@ def compression_parser(doc, sparsifier="topk", value="auto"):
     parser.add_argument("--collective", default="auto",
                         choices=["auto", "allgather", "sparse_allreduce"],
                         help="how sparse payloads travel (DeepReduce(collective=))")
+    parser.add_argument("--lowrank", type=int, default=4,
+                        help="rank of the low-rank factors a matrix may travel as (0: never)")
     parser.add_argument("--bandwidth", default=None,
                         help="the link, e.g. 1gbit (default: measured by a short calibration)")
     return parser
@@ -64,4 +66,5 @@ def pipeline_config(args):
                 memory=None if args.memory == "none" else "residual", objective=args.objective,
                 bandwidth=args.bandwidth, warmup_steps=args.warmup_steps,
                 collective=args.collective, momentum_masking=args.momentum_masking,
-                local_clip_norm=args.local_clip_norm, adaptive_density=not args.fixed_density)
+                local_clip_norm=args.local_clip_norm, adaptive_density=not args.fixed_density,
+                lowrank=args.lowrank)

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from ..compression.pipeline import Pipeline
-from .planner import ALLREDUCE, ALLREDUCE_FP16, Costs, LinkModel, option_label
+from .planner import ALLREDUCE, ALLREDUCE_FP16, LOWRANK, Costs, LinkModel, option_label
 
 
 def _fit_line(points):
@@ -24,7 +24,8 @@ def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3, den
     sparse candidates, compress and decompress at two sizes, and compress the larger at
     `denser` times the ratio (encoding grows with the count a warm-up or a critical phase
     selects, the selection pass with the size); for the dense options, the compensation and
-    fp16 cast. -> {label: Costs}."""
+    fp16 cast; for low-rank factors (where the pipeline has a rank), the three rounds on
+    square matrices of both sizes. -> {label: Costs}."""
     rng = np.random.default_rng(0)
     grads = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
     # at the base ratio: the costs are per selected element, and the planner scales them by
@@ -68,6 +69,22 @@ def calibrate_cpu(pipeline, candidates, sizes=(1 << 14, 1 << 20), repeats=3, den
         scratch.memory.reset()
         fixed, slope = _fit_line(points)
         costs[label] = Costs(fixed, slope, 0.0, 0.0, 0.0, 0.0, 16.0 if half else 32.0)
+    if scratch.factors.rank:
+        enc, dec = [], []
+        for n in sizes:
+            side = int(n ** 0.5)
+            name, matrix = f"calibration.{n}", grads[n].reshape(side, side)
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                q_own = scratch.settle(name, scratch.project(name, matrix), 1)[0]
+                settled = time.perf_counter()
+                scratch.reconstruct(name, q_own, (side, side))
+                times.append((settled - start, time.perf_counter() - settled))
+            enc.append((n, min(t[0] for t in times)))
+            dec.append((n, min(t[1] for t in times)))
+        (enc_fixed, enc_slope), (dec_fixed, dec_slope) = _fit_line(enc), _fit_line(dec)
+        costs[LOWRANK] = Costs(enc_fixed, enc_slope, 0.0, dec_fixed, dec_slope, 0.0, 0.0)
     return costs
 
 

@@ -2,8 +2,8 @@
 
 For each tensor Horovod hands to `compress` the communicator resolves its name and process
 set, asks the policy how it travels (passed through, Horovod's own allreduce as fp32 or fp16,
-a sparse allgather of payloads, the sparse allreduce of comm/sparse_allreduce.py, or the
-hierarchical exchange), runs the pipeline (error
+a sparse allgather of payloads, the sparse allreduce of comm/sparse_allreduce.py, low-rank
+factors by two allreduces (compression/lowrank.py), or the hierarchical exchange), runs the pipeline (error
 feedback, sparsifier, codec) on the host or on the tensor's device, starts the collectives,
 and in `decompress` decodes, sums, scales and feeds the measured costs back to the planner.
 It is framework-neutral: an adapter (adapters/) supplies the framework's tensors and
@@ -28,7 +28,7 @@ from ..errors import DeepReduceError
 from .calibration import calibrate
 from .config import Options
 from .hierarchy import discover
-from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, PASS,
+from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, LOWRANK, PASS,
                       SPARSE_ALLREDUCE, FixedPlanner, Measured, Plan, Policy, TimePlanner,
                       candidates)
 from .sparse_allreduce import Exchange
@@ -68,6 +68,7 @@ class Communicator:
         self.sets = {}
         self._in_flight = []  # hierarchical flights waiting for the exchange between hosts
         self._reducing = []   # sparse allreduces waiting for their owners' reduction
+        self._projecting = []  # low-rank flights waiting for their reduced P
         self._warned_unnamed = False
 
     # ---- process sets and their state ----
@@ -180,7 +181,8 @@ class Communicator:
                 f"unnamed:{info.shape}:{info.dtype}:{caller.member}"
             traced = adapter.traced()
             with adapter.eagerly():  # calibration (once) runs now, also while tracing a graph
-                plan = self.policy(state, process_set, traced).route(key, info, not traced)
+                plan = self.policy(state, process_set, traced).route(
+                    key, info, not traced, factorable=caller.name is not None and not traced)
             if traced:  # the graph keeps this kind: one traced after an elastic
                 kind = state.traced_kinds.setdefault(key, plan.kind)  # reset keeps rank 0's
                 plan = plan if kind == plan.kind else Plan(kind, label=kind)
@@ -194,6 +196,8 @@ class Communicator:
             return self._start_across_hosts(flight)
         if plan.kind == SPARSE_ALLREDUCE:
             return self._scatter(flight)
+        if plan.kind == LOWRANK:
+            return self._project(flight)
         if plan.kind == ALLGATHER and adapter.traced() and state.policy.guard is not None \
                 and info.size is not None:
             return self._switched(flight)
@@ -303,6 +307,10 @@ class Communicator:
             if any(f is flight for f in self._reducing):
                 self._reduce_all()
             out = self._gather(reduced, flight)
+        elif flight.plan.kind == LOWRANK:
+            if any(f is flight for f in self._projecting):
+                self._settle_all()
+            out = self._reconstruct(reduced, flight)
         elif flight.switch is not None:
             arm, summed = flight.switch
             adapter, planner = self.adapter, flight.state.policy.planner
@@ -392,6 +400,47 @@ class Communicator:
             flight.state.policy.planner.observe(flight.key, flight.plans["current"], measured)
             return total
         total = adapter.host_call(gather, [adapter.wait(flight.handle), reduced], "float32",
+                                  out=adapter.output_buffer(flight.tensor, flight.in_place))
+        return adapter.finish(total, flight.tensor)
+
+    # ---- the low-rank route (compression/lowrank.py) ----
+    def _project(self, flight):
+        """Start the allreduce of this rank's P_i; the second round waits for decompress,
+        where every low-rank flight's Q_i is computed and sent at once."""
+        adapter, pipeline, process_set = self.adapter, flight.state.pipeline, flight.process_set
+        p_own = adapter.host_call(lambda dense: pipeline.project(flight.name, dense),
+                                  [flight.tensor], "float32")
+        flight.handle = adapter.allreduce_sum(
+            p_own, f"DeepReduce.P.{flight.key}@{adapter.set_id(process_set)}", process_set)
+        self._projecting.append(flight)
+        return adapter.inverse_size(process_set), flight
+
+    def _settle_all(self):
+        """Every low-rank flight: Q_i from the reduced P, and the allreduces of the Q_i (all
+        started before decompress waits for any)."""
+        adapter, batch, self._projecting = self.adapter, self._projecting, []
+        for f in batch:
+            ranks, planner = adapter.set_size(f.process_set), f.state.policy.planner
+
+            def settle(p_sum, f=f, ranks=ranks, planner=planner):
+                q_own, (encode_s, decode_s) = f.state.pipeline.settle(f.name, p_sum, ranks)
+                nbytes = 4.0 * (p_sum.size - f.state.pipeline.TIMES + q_own.size)
+                planner.observe(f.key, f.plans["current"], Measured(encode_s, nbytes, decode_s))
+                return q_own
+            q_own = adapter.host_call(settle, [adapter.wait(f.handle)], "float32")
+            f.handle = adapter.allreduce_sum(
+                q_own, f"DeepReduce.Q.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
+
+    def _reconstruct(self, reduced, flight):
+        """P^ Q^T scaled by the reduced placeholder, into the gradient's own buffer where
+        it may be."""
+        adapter = self.adapter
+
+        def reconstruct(q_sum, scale, dims, out=None):
+            return flight.state.pipeline.reconstruct(
+                flight.name, q_sum, tuple(int(d) for d in dims), float(np.ravel(scale)[0]), out)
+        total = adapter.host_call(reconstruct, [adapter.wait(flight.handle), reduced,
+                                                adapter.dims(flight.tensor)], "float32",
                                   out=adapter.output_buffer(flight.tensor, flight.in_place))
         return adapter.finish(total, flight.tensor)
 
@@ -491,7 +540,7 @@ class Communicator:
         travels (graphs are not traced again), are rank 0's, and the step guard stays out of
         traced graphs from then on. Residuals stay with their ranks."""
         adapter, everyone = self.adapter, self.adapter.global_set()
-        self._in_flight, self._reducing = [], []
+        self._in_flight, self._reducing, self._projecting = [], [], []
         self.sets = {key: s for key, s in self.sets.items() if key == self._key(everyone)}
         state = self.set_state(everyone)
         state.reset_routing()

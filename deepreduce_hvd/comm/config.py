@@ -55,7 +55,12 @@ class Options:
         ranks; the rest goes back into error feedback; comm/sparse_allreduce.py).
       hierarchical: for jobs that span hosts: dense sums inside each host, payloads between
         one leader per host (needs Horovod's dynamic process sets).
-      seed: for random-k.
+      lowrank: the rank of the low-rank factors (PowerSGD's subspace iteration, two
+        allreduces; compression/lowrank.py) the time-aware planner sends a named matrix
+        (a conv kernel: output channels by fan-in) as where they hold 8x fewer numbers than it
+        and are predicted no slower than Horovod's dense allreduce (default 4; 0: never).
+        Error feedback keeps what the factors miss on the rank it came from.
+      seed: for random-k, and the factors' first warm start.
     """
 
     def __init__(self, sparsifier: str = "topk", ratio: float = 0.01, threshold: float = 0.0,
@@ -66,7 +71,7 @@ class Options:
                  device_path: Union[str, bool] = "auto", hierarchical: bool = False,
                  adaptive_density: bool = True, momentum: float = 0.0,
                  momentum_masking: bool = False, local_clip_norm: Optional[float] = None,
-                 collective: str = "auto",
+                 collective: str = "auto", lowrank: int = 4,
                  **unknown: Any) -> None:
         if unknown:
             raise DeepReduceError(f"DeepReduce got unknown options {sorted(unknown)}")
@@ -82,7 +87,8 @@ class Options:
                              value=value, arrangement=arrangement, memory=memory,
                              min_size=min_size, seed=seed, warmup_steps=warmup_steps,
                              adaptive_density=adaptive_density, momentum=momentum,
-                             momentum_masking=momentum_masking, local_clip_norm=local_clip_norm)
+                             momentum_masking=momentum_masking, local_clip_norm=local_clip_norm,
+                             lowrank=lowrank)
         Pipeline(**self.pipeline)  # validates the pipeline's options
         self.index, self.value = index, value
         self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)

@@ -25,6 +25,7 @@ from ..wire import frames
 from ..wire.payload import check_shape
 from . import sparsify
 from .density import Density
+from .lowrank import LowRank, matrix_shape
 from .memory import ResidualMemory
 from .momentum import MomentumCorrection, check_momentum
 
@@ -38,7 +39,8 @@ class Stats:
     tensors_compressed (sent as sparse payloads), tensors_allreduced (handed to Horovod's
     allreduce, fp32 or fp16, by the time-aware choice), tensors_passed_through,
     tensors_nonfinite, selections_boosted (sparse selections made at a critical phase's
-    higher density), encode_s, decode_s."""
+    higher density), tensors_lowrank (sent as low-rank factors by two allreduces; their bytes
+    count as sent, as an allreduce's do, not as received), encode_s, decode_s."""
 
     def __init__(self):
         self.reset()
@@ -46,12 +48,12 @@ class Stats:
     def reset(self):
         self.bytes_sent = self.bytes_received = self.dense_bytes = 0
         self.tensors_compressed = self.tensors_allreduced = self.tensors_passed_through = 0
-        self.tensors_nonfinite = self.selections_boosted = 0
+        self.tensors_nonfinite = self.selections_boosted = self.tensors_lowrank = 0
         self.encode_s = self.decode_s = 0.0
 
     COUNTERS = ("bytes_sent", "bytes_received", "dense_bytes", "tensors_compressed",
                 "tensors_allreduced", "tensors_passed_through", "tensors_nonfinite",
-                "selections_boosted", "encode_s", "decode_s")
+                "selections_boosted", "tensors_lowrank", "encode_s", "decode_s")
 
     def as_dict(self) -> dict[str, Any]:
         return self.combined([self])
@@ -108,6 +110,8 @@ class Pipeline:
     of a tensor is scaled to an L2 norm of at most this before it enters the velocity or the
     residual, since each rank accumulates on its own (clipping the average would come too
     late). DGC's rule for a bound C on the averaged gradient of N ranks: C * sqrt(N).
+    lowrank: the rank of the low-rank factors a matrix may travel as (compression/lowrank.py;
+    the planner chooses where; default 0: never).
 
     A gradient holding NaN or Inf is not encoded: every rank receives NaN for that tensor
     (as a dense allreduce would deliver NaN; an AMP loss scaler then skips the step), and its
@@ -118,8 +122,8 @@ class Pipeline:
                  index: CodecSpec = "auto", value: CodecSpec = "auto", arrangement: str = "auto",
                  memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
                  warmup_steps: int = 0, adaptive_density: bool = False, momentum: float = 0.0,
-                 momentum_masking: bool = False, local_clip_norm: Optional[float] = None
-                 ) -> None:
+                 momentum_masking: bool = False, local_clip_norm: Optional[float] = None,
+                 lowrank: int = 0) -> None:
         if sparsifier not in SPARSIFIERS:
             raise DeepReduceError(f"sparsifier must be one of {SPARSIFIERS}, not {sparsifier!r}")
         sparsify.check_threshold(threshold)
@@ -149,6 +153,8 @@ class Pipeline:
         self.sparsifier, self.ratio, self.threshold = sparsifier, ratio, float(threshold)
         self.codec = SparseCodec(index=index, value=value, arrangement=arrangement)
         self.memory = ResidualMemory() if memory == "residual" else None
+        self.factors = LowRank(lowrank, seed)
+        self._lowrank_s = {}  # name -> [this step's encode seconds, the last one reported]
         self.min_size, self.seed, self.warmup_steps = min_size, seed, warmup_steps
         self.stats = Stats()
         self._steps = {}
@@ -163,17 +169,19 @@ class Pipeline:
                 "adaptive_density": self.density.adaptive,
                 "momentum": self.momentum.momentum if self.momentum else 0.0,
                 "momentum_masking": bool(self.momentum and self.momentum.masking),
-                "local_clip_norm": self.local_clip_norm}
+                "local_clip_norm": self.local_clip_norm, "lowrank": self.factors.rank}
 
     def state_dict(self) -> dict:
         """What this pipeline's next steps depend on: the residuals (error feedback), each
         tensor's step count (density warm-up, random-k seeds), its last decode time (sent in
         frames), the codec's random state, the critical-phase detector's sums and the
-        momentum correction's velocities. Residuals as the memory holds them."""
+        momentum correction's velocities, the low-rank route's warm starts. Residuals as the
+        memory holds them."""
         return {"residuals": self.memory.items() if self.memory is not None else {},
                 "steps": self.steps(), "last_decode": dict(self._last_decode),
                 "codec": self.codec.random_state(), "density": self.density.state_dict(),
-                "momentum": self.momentum.state_dict() if self.momentum else None}
+                "momentum": self.momentum.state_dict() if self.momentum else None,
+                "lowrank": self.factors.state_dict()}
 
     def steps(self) -> dict:
         """How many steps each named tensor has taken."""
@@ -193,6 +201,7 @@ class Pipeline:
         self.density.load_state_dict(state["density"])
         if self.momentum is not None:
             self.momentum.load_state_dict(state["momentum"])
+        self.factors.load_state_dict(state.get("lowrank", {}))
 
     def frame_bytes(self, name: Optional[str]) -> int:
         """The size of the frame this rank last sent for tensor `name` (0: none yet)."""
@@ -483,6 +492,63 @@ class Pipeline:
         self.stats.bytes_sent += nbytes
         self.stats.dense_bytes += 4 * size
         self.stats.tensors_allreduced += 1
+
+    # ---- the low-rank route (compression/lowrank.py): project, settle, reconstruct ----
+    TIMES = 2  # a P sent carries this rank's last encode and decode seconds, summed with it
+
+    def project(self, name: str, dense: np.ndarray) -> np.ndarray:
+        """The first round for named matrix `name`: its (clipped) gradient's velocity, with
+        the residual added, times the warm-start factor -> P_i flattened, then this rank's
+        last encode and decode seconds of the tensor (summed over ranks with P: the planner's
+        measurements, identical on every rank; 0: none, as after a tensor's first step, whose
+        encode pays for first touching its residual and velocity)."""
+        start = time.perf_counter()
+        work = self._clipped(np.asarray(dense, dtype=np.float32))
+        if self.momentum is not None:
+            work = self.momentum.velocity(name, work)
+        compensated = self.memory.compensate(name, work) if self.memory is not None else \
+            np.array(work, dtype=np.float32)
+        p = self.factors.project(name, compensated.reshape(matrix_shape(dense.shape)))
+        self._advance(name)
+        first = name not in self._lowrank_s
+        times = self._lowrank_s.setdefault(name, [0.0, 0.0])
+        tail = np.array([times[1], self._last_decode.get(name, 0.0)], np.float32)
+        times[0] = math.inf if first else time.perf_counter() - start
+        self.stats.bytes_sent += p.nbytes
+        self.stats.dense_bytes += 4 * dense.size
+        self.stats.tensors_lowrank += 1
+        return np.concatenate([p.reshape(-1), tail])
+
+    def settle(self, name: str, p_sum: np.ndarray, ranks: int) -> Tuple[np.ndarray, tuple]:
+        """The second round, from the reduced P: (Q_i flattened, the mean over the `ranks`
+        of their last encode and decode seconds). Error feedback keeps M_i - P^ Q_i^T; a
+        non-finite P (every rank's is the same) starts the tensor afresh."""
+        start = time.perf_counter()
+        p_sum = np.asarray(p_sum, dtype=np.float32).reshape(-1)
+        measured = tuple(float(t) / ranks for t in p_sum[-self.TIMES:])
+        q_own, share = self.factors.settle(name, p_sum[:-self.TIMES])
+        if self.memory is not None:
+            if share is None:
+                self._forget(name)
+            else:
+                self.memory.deliver_dense(name, share)
+        self.stats.bytes_sent += q_own.nbytes
+        times = self._lowrank_s[name]
+        seconds = time.perf_counter() - start
+        self.stats.encode_s += seconds
+        times[0] += seconds
+        times[1] = times[0] if math.isfinite(times[0]) else 0.0
+        return q_own.reshape(-1), measured
+
+    def reconstruct(self, name: str, q_sum: np.ndarray, shape: Sequence[int], scale: float = 1.0,
+                    out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The delivered total of the low-rank route: scale * P^ Q^T (flat float32, into
+        `out` where given; NaN where the tensor was not finite on some rank)."""
+        start = time.perf_counter()
+        q_sum = np.asarray(q_sum, dtype=np.float32).reshape(-1)
+        total = self.factors.reconstruct(name, q_sum, matrix_shape(shape), scale, out)
+        self.decoded(name, total, time.perf_counter() - start)
+        return total
 
     def passed_through(self, size, itemsize):
         self.stats.tensors_passed_through += 1

@@ -182,11 +182,12 @@ def check_device_path():
         np.testing.assert_array_equal(a, b)
 
 
-def time_aware_steps(model, bandwidth, steps, record):
-    """The default DeepReduce at a declared bandwidth for `steps` SGD steps of `model` ->
-    (the compression, record(its stats) after each step); the records and the parameters
-    are checked identical on every rank."""
-    compression = DeepReduce(bandwidth=bandwidth).name_parameters(model.named_parameters())
+def time_aware_steps(model, bandwidth, steps, record, **options):
+    """The default DeepReduce (with these options) at a declared bandwidth for `steps` SGD
+    steps of `model` -> (the compression, record(its stats) after each step); the records
+    and the parameters are checked identical on every rank."""
+    compression = DeepReduce(bandwidth=bandwidth, **options).name_parameters(
+        model.named_parameters())
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
                                    named_parameters=model.named_parameters(),
                                    compression=compression)
@@ -218,6 +219,37 @@ def check_time_aware():
         assert any("+" in c for c in chosen) == sparse_expected, (bandwidth, chosen)
 
 
+def check_lowrank_route():
+    """At 10 Mbit/s the default sends its matrices as low-rank factors (the 4 x 256 one, whose
+    factors would not save 8x, sparse): every rank makes the same choices and holds the same
+    parameters; a sum of rank-1 gradients arrives exactly; and over steps of full-rank
+    gradients what every rank's residual let go is what every rank received."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    compression, history = time_aware_steps(model, "10mbit", 12, lambda stats: (
+        stats["tensors_lowrank"], {n: t["choice"] for n, t in stats["tensors"].items()}))
+    assert all(lowrank == 2 for lowrank, _ in history), history
+    assert history[-1][1]["0.weight"] == history[-1][1]["2.weight"] == "lowrank", history
+    assert "+" in history[-1][1]["4.weight"], history
+    u, v = torch.randn(96, generator=torch.Generator().manual_seed(5)), torch.randn(80)
+    exact = DeepReduce(bandwidth="10mbit", lowrank=1)
+    got = hvd.allreduce((rank + 1) * torch.outer(u, v), name="rank1", compression=exact)
+    torch.testing.assert_close(got, (size + 1) / 2 * torch.outer(u, v), rtol=1e-4, atol=1e-4)
+    assert exact.stats()["tensors_lowrank"] == 1, exact.stats()
+    shifting = DeepReduce(bandwidth="10mbit", lowrank=2)
+    residual = lambda: shifting.comm.sets["global"].pipeline.memory.residual("full").reshape(-1)
+    entered, delivered = torch.zeros(96 * 80, dtype=torch.float64), torch.zeros(96 * 80, dtype=torch.float64)
+    for _ in range(6):
+        t = torch.randn(96, 80)
+        entered += t.reshape(-1).double()
+        delivered += hvd.allreduce(t, name="full", op=hvd.Sum, compression=shifting).reshape(-1).double()
+    assert shifting.stats()["tensors_lowrank"] == 6, shifting.stats()
+    left = sum(hvd.allgather_object(residual().astype(np.float64)))
+    entered = sum(hvd.allgather_object(entered.numpy()))
+    np.testing.assert_allclose(delivered.numpy() + left, entered, rtol=1e-4, atol=1e-3)
+
+
 def check_step_guard():
     """The step guard compares the plan with the sparse arm and Horovod's allreduce of every
     tensor (fp16, fp32) once the planner settled: in each arm's steps every tensor takes that
@@ -227,7 +259,7 @@ def check_step_guard():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
     compression, steps = time_aware_steps(model, "1mbit", 34, lambda stats: (
-        stats["tensors_compressed"], stats["guard"]["global"]))
+        stats["tensors_compressed"], stats["guard"]["global"]), lowrank=0)
     guard = steps[-1][1]
     start = compression.comm.sets["global"].policy.planner.settled_after + 1
     planned, sparse = steps[start - 1:start + 2], steps[start + 2:start + 5]
@@ -244,7 +276,7 @@ def check_step_guard():
                for compressed, _ in after), (guard, steps)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
     compression, steps = time_aware_steps(model, "10gbit", 34, lambda stats: (
-        stats["tensors_compressed"], stats["guard"]["global"]))
+        stats["tensors_compressed"], stats["guard"]["global"]), lowrank=0)
     guard = steps[-1][1]
     start = compression.comm.sets["global"].policy.planner.settled_after + 1
     sparse, dense = steps[start + 2:start + 5], steps[start + 5:start + 11]

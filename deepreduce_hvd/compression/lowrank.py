@@ -1,0 +1,109 @@
+"""Low-rank factors of a compensated matrix (PowerSGD, Vogels et al., NeurIPS 2019).
+
+A minibatch gradient of a fully connected layer is a sum of one outer product per example, so
+its energy sits in a few directions; top-k of it sends a small share of that energy (a few
+percent on the wide MLP at 1%), a rank-r projection most of it in r * (rows + cols) numbers.
+One step of subspace iteration, warm-started from the last step's factor:
+
+    P_i = M_i Q          (every rank; allreduced: P = sum P_i)
+    P^ = orthonormal(P)  (the same bits on every rank: P is)
+    Q_i = M_i^T P^       (allreduced: Q = sum Q_i; the next step's Q)
+    delivered = P^ Q^T   (times the reduced scale: 1/size for an average)
+
+Rank i's own share of the delivered sum is P^ Q_i^T, and error feedback keeps the rest,
+M_i - P^ Q_i^T: what is not sent stays on the rank it came from, nothing is lost (PowerSGD's
+hook keeps M_i minus the average instead; the two differ by a term that sums to zero over ranks).
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Optional, Tuple
+
+import numpy as np
+
+from ..errors import DeepReduceError
+
+MIN_SAVING = 8  # a matrix is factored only where the factors hold 8x fewer numbers than it
+
+
+def check_rank(rank) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= 1024:
+        raise DeepReduceError(f"lowrank must be an int in [0, 1024] (0: off), not {rank!r}")
+    return rank
+
+
+def matrix_shape(shape) -> Optional[Tuple[int, int]]:
+    """(rows, cols) a tensor is factored as: its first dimension by the rest (a conv kernel's
+    output channels by its fan-in), or None for a vector or scalar."""
+    if shape is None or len(shape) < 2:
+        return None
+    return int(shape[0]), int(math.prod(shape[1:]))
+
+
+def worth_factoring(shape, rank) -> bool:
+    """Whether rank-`rank` factors of a tensor of this shape are MIN_SAVING times smaller."""
+    dims = matrix_shape(shape)
+    return bool(rank) and dims is not None and \
+        MIN_SAVING * rank * sum(dims) <= dims[0] * dims[1] and rank < min(dims)
+
+
+class LowRank:
+    """Per named tensor: the warm-start factor Q (agreed: every rank holds the same bits) and,
+    between the two rounds of a step, the orthonormal P^ and this rank's compensated matrix."""
+
+    def __init__(self, rank: int, seed: int = 0) -> None:
+        self.rank, self.seed = check_rank(rank), seed
+        self._q, self._basis, self._held = {}, {}, {}
+
+    def project(self, name: str, matrix: np.ndarray) -> np.ndarray:
+        """P_i = M_i Q (float32, rows x rank); M_i is held for `settle`."""
+        rows, cols = matrix.shape
+        q = self._q.get(name)
+        if q is None or q.shape != (cols, self.rank):
+            seed = zlib.crc32(f"lowrank:{name}".encode()) ^ self.seed
+            q = self._q[name] = np.random.default_rng(seed).standard_normal(
+                (cols, self.rank)).astype(np.float32)
+        self._held[name] = matrix
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf: settle resets everyone
+            return matrix @ q
+
+    def settle(self, name: str, p_sum: np.ndarray) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """From the reduced P: (Q_i = M_i^T P^, this rank's delivered share P^ Q_i^T), or
+        (zeros, None) where P is not finite (every rank sees the same P: all deliver NaN)."""
+        matrix = self._held.pop(name)
+        if not np.isfinite(p_sum).all():
+            self._basis[name] = None
+            self._q.pop(name, None)
+            return np.zeros((matrix.shape[1], self.rank), np.float32), None
+        basis = np.linalg.qr(p_sum.reshape(matrix.shape[0], self.rank).astype(np.float64))[0]
+        basis = self._basis[name] = basis.astype(np.float32)
+        q_own = matrix.T @ basis
+        return q_own, basis @ q_own.T
+
+    def reconstruct(self, name: str, q_sum: np.ndarray, dims: Tuple[int, int], scale: float,
+                    out: Optional[np.ndarray] = None) -> np.ndarray:
+        """scale * P^ Q^T as a flat float32 array of rows x cols (`dims`), into `out` where
+        given; Q becomes the next warm start. NaN where P or Q was not finite."""
+        basis = self._basis.pop(name, None)
+        total = (np.empty(dims[0] * dims[1], np.float32) if out is None else out).reshape(-1)
+        if basis is None or not np.isfinite(q_sum).all():
+            self._q.pop(name, None)
+            total.fill(np.nan)
+            return total
+        q = q_sum.reshape(dims[1], self.rank).astype(np.float32)
+        np.matmul(basis, q.T, out=total.reshape(dims))
+        total *= np.float32(scale)
+        self._q[name] = q
+        return total
+
+    def forget(self, name: str) -> None:
+        for held in (self._q, self._basis, self._held):
+            held.pop(name, None)
+
+    def state_dict(self) -> dict:
+        return {name: q.copy() for name, q in self._q.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._q = {name: np.array(q, dtype=np.float32) for name, q in state.items()}
+        self._basis, self._held = {}, {}
