@@ -526,12 +526,10 @@ class Pipeline:
         start = time.perf_counter()
         p_sum = np.asarray(p_sum, dtype=np.float32).reshape(-1)
         measured = tuple(float(t) / ranks for t in p_sum[-self.TIMES:])
-        q_own, share = self.factors.settle(name, p_sum[:-self.TIMES])
-        if self.memory is not None:
-            if share is None:
-                self._forget(name)
-            else:
-                self.memory.deliver_dense(name, share)
+        q_own, finite = self.factors.settle(name, p_sum[:-self.TIMES],
+                                            keep_error=self.memory is not None)
+        if not finite and self.memory is not None:
+            self._forget(name)
         self.stats.bytes_sent += q_own.nbytes
         times = self._lowrank_s[name]
         seconds = time.perf_counter() - start
