@@ -5,6 +5,7 @@ clipping; payloads encoded and decoded), no Horovod and no network.
 
     python torch/density_study.py --ratio 0.01 --warmup-steps 22 --local-clip-norm 2.828
     python torch/density_study.py --dense              (the reference: the ranks' plain average)
+    python torch/density_study.py --lowrank 4          (every matrix worth it as rank-4 factors)
 
 Each rank's gradient goes through its own Pipeline, every rank decodes the concatenated frames
 as an allgather would hand them, and each rank's momentum correction gives the optimizer its
@@ -66,15 +67,22 @@ def pipelines(args):
 def exchange(ranked, name, grads, watch=None, whole=False):
     """The update each rank's optimizer receives for one tensor (the same bits on every rank:
     rank 0's is returned). whole: sent by the dense route, whatever its size. watch: a list
-    that gets, for a sparse tensor, rank 0's (share of the compensated tensor's energy it
-    sent, its residual's energy against the energy this step added), exact with exact values."""
+    that gets, for a sparse or factored tensor, rank 0's (share of the compensated tensor's
+    energy it sent, its residual's energy against the energy this step added), exact with
+    exact values."""
     shape, size = grads[0].shape, grads[0].size
     if whole or size < ranked[0].min_size:  # routed whole (fp32 allreduce)
         total = sum(p.compress_dense(name, g) for p, g in zip(ranked, grads)) / len(ranked)
         delivered = [total.copy() for _ in ranked]
     elif worth_factoring(shape, ranked[0].factors.rank):  # two allreduces: P, then Q
+        held = ranked[0].memory.residual(name)
+        before = np.zeros(size, np.float32) if held is None else held.ravel().copy()
         p_sum = sum(p.project(name, g) for p, g in zip(ranked, grads))
+        compensated = ranked[0].memory.residual(name).ravel().copy()
         q_sum = sum(p.settle(name, p_sum, len(ranked))[0] for p in ranked)
+        if watch is not None:
+            left = ranked[0].memory.residual(name).ravel()
+            watch.append(shares(compensated - left, left, compensated - before))
         delivered = [p.reconstruct(name, q_sum, shape, 1.0 / len(ranked)).reshape(shape)
                      for p in ranked]
     else:
@@ -97,8 +105,14 @@ def energies(pipeline, name, frame, before):
     left = pipeline.memory.residual(name).ravel()
     compensated = left.copy()
     compensated[indices] += values
-    added = compensated - before
-    sent, kept = float(np.dot(values, values)), float(np.dot(left, left))
+    return shares(values, left, compensated - before)
+
+
+def shares(sent, kept, added):
+    """(sent energy / compensated energy, kept energy / the energy this step added): sent and
+    kept are orthogonal parts of the compensated tensor (disjoint positions for top-k, a
+    projection and its complement for low-rank factors)."""
+    sent, kept = float(np.dot(sent, sent)), float(np.dot(kept, kept))
     return sent / (sent + kept or 1.0), kept / (float(np.dot(added, added)) or 1e-30)
 
 

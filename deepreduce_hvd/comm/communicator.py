@@ -410,8 +410,8 @@ class Communicator:
         adapter, pipeline, process_set = self.adapter, flight.state.pipeline, flight.process_set
         p_own = adapter.host_call(lambda dense: pipeline.project(flight.name, dense),
                                   [flight.tensor], "float32")
-        flight.handle = adapter.allreduce_sum(
-            p_own, f"DeepReduce.P.{flight.key}@{adapter.set_id(process_set)}", process_set)
+        flight.handle = _agreed(adapter.allreduce_sum, p_own,
+                                f"DeepReduce.P.{flight.key}@{adapter.set_id(process_set)}", process_set)
         self._projecting.append(flight)
         return adapter.inverse_size(process_set), flight
 
@@ -427,9 +427,9 @@ class Communicator:
                 nbytes = 4.0 * (p_sum.size - f.state.pipeline.TIMES + q_own.size)
                 planner.observe(f.key, f.plans["current"], Measured(encode_s, nbytes, decode_s))
                 return q_own
-            q_own = adapter.host_call(settle, [adapter.wait(f.handle)], "float32")
-            f.handle = adapter.allreduce_sum(
-                q_own, f"DeepReduce.Q.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
+            q_own = adapter.host_call(settle, [_agreed(adapter.wait, f.handle)], "float32")
+            f.handle = _agreed(adapter.allreduce_sum, q_own,
+                               f"DeepReduce.Q.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
 
     def _reconstruct(self, reduced, flight):
         """P^ Q^T scaled by the reduced placeholder, into the gradient's own buffer where
@@ -439,7 +439,7 @@ class Communicator:
         def reconstruct(q_sum, scale, dims, out=None):
             return flight.state.pipeline.reconstruct(
                 flight.name, q_sum, tuple(int(d) for d in dims), float(np.ravel(scale)[0]), out)
-        total = adapter.host_call(reconstruct, [adapter.wait(flight.handle), reduced,
+        total = adapter.host_call(reconstruct, [_agreed(adapter.wait, flight.handle), reduced,
                                                 adapter.dims(flight.tensor)], "float32",
                                   out=adapter.output_buffer(flight.tensor, flight.in_place))
         return adapter.finish(total, flight.tensor)
@@ -548,3 +548,17 @@ class Communicator:
             (state.pipeline.steps(), state.traced_kinds), everyone, "DeepReduce.rejoin")
         state.graphs_unguarded = bool(state.traced_kinds)
         state.pipeline.set_steps(steps)
+
+
+def _agreed(collective, *args):
+    """collective(*args) for the low-rank route, whose factors' sizes follow each rank's
+    options and shapes: where ranks disagree Horovod fails the allreduce, and that failure
+    leaves as a DeepReduceError."""
+    try:
+        return collective(*args)
+    except DeepReduceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - only DeepReduceError leaves the API
+        raise DeepReduceError(
+            f"the low-rank factors' allreduce failed ({exc}); give every rank the same "
+            "DeepReduce options (lowrank=) and each tensor the same shape on every rank") from exc

@@ -25,6 +25,10 @@ EXPLORE_MARGIN of it are tried all the same (a noisy calibration must not keep a
 for a whole job), and the best of them is measured again now and then; so is each candidate
 of the threshold sparsifier once, whose count is unknown until a step sends it.
 
+A named matrix whose low-rank factors are worth sending (compression/lowrank.py) weighs only
+two options: the factors (two allreduces, each paying the allreduce latency, and the three
+rounds' CPU, measured in the job) or the dense allreduce; accuracy before time (_factored).
+
 Every input to a decision is identical on every rank (calibrations are agreed once, the
 measurements arrive in the allgathered frames, step counters advance together), and so is every
 decision: a tensor never goes to an allgather on one rank and an allreduce on another.
@@ -68,8 +72,8 @@ EXPLORE_MARGIN = 2.0  # a sparse candidate predicted this much slower than dense
 
 class Plan(NamedTuple):
     """How one tensor travels this step: kind is "allreduce", "allreduce_fp16", "allgather"
-    or "sparse_allreduce" (with codec, and a fallback codec if that one cannot encode) or
-    "pass" (unchanged, uncompressed); label names the option in stats."""
+    or "sparse_allreduce" (with codec, and a fallback codec if that one cannot encode),
+    "lowrank" (factors) or "pass" (unchanged, uncompressed); label names the option in stats."""
     kind: str
     codec: Optional[SparseCodec] = None
     label: str = ""
@@ -358,8 +362,10 @@ class TimePlanner:
 
     def _factored(self, state, size, shape):
         """For a matrix whose low-rank factors are worth sending (compression/lowrank.py):
-        the factors or Horovod's dense allreduce, whichever is predicted faster; None for
-        any other tensor. Accuracy before time: a sparse option is not weighed for such a
+        the factors or Horovod's dense allreduce, whichever is predicted faster once the
+        factors' rounds are measured in the job (until then the factors: calibrated while 4
+        ranks shared 2 cores, their prior was 10-20x their cost, and the wide MLP's first
+        epoch went dense); None for any other tensor. Accuracy before time: a sparse option is not weighed for such a
         matrix even where it is predicted faster. On the wide MLP top-k at 1% sent 6-8% of
         the compensated energy a step and lagged dense training by epochs; rank-4 factors
         reached dense's accuracy in the same epochs (README, "Low-rank factors"). The
@@ -370,7 +376,8 @@ class TimePlanner:
             return None
         state.predicted[LOWRANK] = self._predict(LOWRANK, size, 0, state.measured, state.dims)
         dense = state.predicted[self.dense] = self._predict(self.dense, size, 0, {})
-        return LOWRANK if state.predicted[LOWRANK] <= dense else self.dense
+        measured = "encode" in state.measured.get(LOWRANK, {})
+        return LOWRANK if state.predicted[LOWRANK] <= dense or not measured else self.dense
 
     def _contenders(self, state):
         """The sparse options worth measuring, best predicted first: all of them where one
@@ -428,7 +435,7 @@ class TimePlanner:
     def observe(self, name, plan, measured):
         """After a step: for a sparse one, what it cost (Measured: every rank's encode time
         and bytes for this step, and its decode time of the previous step; identical inputs
-        on every rank)."""
+        on every rank); for factors, the ranks' mean encode and decode of their last step."""
         state = self._tensors.get(name)
         if state is not None and plan.kind == LOWRANK:  # the last step's costs (none at first)
             seen = state.measured.setdefault(LOWRANK, {})

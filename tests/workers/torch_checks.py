@@ -286,5 +286,16 @@ def check_step_guard():
     assert guard["skipped_ms"] == {}, guard
 
 
+def check_lowrank_mismatches():
+    """Ranks whose low-rank factors cannot agree (another shape, another rank) get a
+    DeepReduceError, not Horovod's own error or a hang."""
+    shaped = torch.randn(128, 128) if rank == 0 else torch.randn(256, 64)
+    expect_error(lambda: hvd.allreduce(shaped, name="mismatch.lowrank.shape",
+                                       compression=DeepReduce(bandwidth="10mbit")), "low-rank")
+    other = DeepReduce(bandwidth="10mbit", lowrank=4 if rank == 0 else 2)
+    expect_error(lambda: hvd.allreduce(torch.randn(128, 128), name="mismatch.lowrank.rank",
+                                       compression=other), "low-rank")
+
+
 if __name__ == "__main__":
     harness.main(globals())
