@@ -366,9 +366,9 @@ class TimePlanner:
         factors' rounds are measured in the job (until then the factors: calibrated while 4
         ranks shared 2 cores, their prior was 10-20x their cost, and the wide MLP's first
         epoch went dense); None for any other tensor. Accuracy before time: a sparse option is not weighed for such a
-        matrix even where it is predicted faster. On the wide MLP top-k at 1% sent 6-8% of
-        the compensated energy a step and lagged dense training by epochs; rank-4 factors
-        reached dense's accuracy in the same epochs (README, "Low-rank factors"). The
+        matrix even where it is predicted faster. On the wide MLP top-k at 1% lagged dense
+        training by epochs; rank-4 factors reached dense's accuracy in the same epochs
+        (README, "Low-rank factors for matrices"). The
         shape comes with each plan (None: the tensor may not be factored)."""
         rank = self.pipeline.factors.rank
         state.dims = matrix_shape(shape) if worth_factoring(shape, rank) else None
