@@ -3,10 +3,10 @@
 For each tensor Horovod hands to `compress` the communicator resolves its name and process
 set, asks the policy how it travels (passed through, Horovod's own allreduce as fp32 or fp16,
 a sparse allgather of payloads, the sparse allreduce of comm/sparse_allreduce.py, low-rank
-factors by two allreduces (compression/lowrank.py), or the hierarchical exchange), runs the pipeline (error
-feedback, sparsifier, codec) on the host or on the tensor's device, starts the collectives,
-and in `decompress` decodes, sums, scales and feeds the measured costs back to the planner.
-It is framework-neutral: an adapter (adapters/) supplies the framework's tensors and
+factors by two allreduces (compression/lowrank.py), or the hierarchical exchange), runs the
+pipeline (error feedback, sparsifier, codec) on the host or on the tensor's device, starts
+the collectives, and in `decompress` decodes, sums, scales and feeds the measured costs back
+to the planner. It is framework-neutral: an adapter (adapters/) supplies the framework's tensors and
 Horovod's collectives. Two phases, so a TensorFlow graph can trace it: the route is chosen at
 compress (trace) time, the encoding and decoding run when the step runs (`host_call`).
 

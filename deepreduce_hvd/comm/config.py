@@ -56,10 +56,11 @@ class Options:
       hierarchical: for jobs that span hosts: dense sums inside each host, payloads between
         one leader per host (needs Horovod's dynamic process sets).
       lowrank: the rank of the low-rank factors (PowerSGD's subspace iteration, two
-        allreduces; compression/lowrank.py) the time-aware planner sends a named matrix
-        (a conv kernel: output channels by fan-in) as where they hold 8x fewer numbers than it
-        and are predicted no slower than Horovod's dense allreduce (default 4; 0: never).
-        Error feedback keeps what the factors miss on the rank it came from.
+        allreduces; compression/lowrank.py) of a named matrix (a conv kernel: output channels
+        by fan-in) whose factors hold 8x fewer numbers than it: the time-aware planner sends
+        it as factors, or by Horovod's dense allreduce where that is predicted faster, never
+        by top-k (default 4; 0: never). Error feedback keeps what the factors miss on the
+        rank it came from.
       seed: for random-k, and the factors' first warm start.
     """
 

@@ -363,13 +363,13 @@ class TimePlanner:
     def _factored(self, state, size, shape):
         """For a matrix whose low-rank factors are worth sending (compression/lowrank.py):
         the factors or Horovod's dense allreduce, whichever is predicted faster once the
-        factors' rounds are measured in the job (until then the factors: calibrated while 4
-        ranks shared 2 cores, their prior was 10-20x their cost, and the wide MLP's first
-        epoch went dense); None for any other tensor. Accuracy before time: a sparse option is not weighed for such a
-        matrix even where it is predicted faster. On the wide MLP top-k at 1% lagged dense
-        training by epochs; rank-4 factors reached dense's accuracy in the same epochs
-        (README, "Low-rank factors for matrices"). The
-        shape comes with each plan (None: the tensor may not be factored)."""
+        factors' rounds are measured in the job (until then the factors: calibrated while
+        other ranks used the cores, their prior was 10-20x their cost, and the wide MLP's
+        first epoch went dense); None for any other tensor. Accuracy before time: a sparse
+        option is not weighed for such a matrix even where it is predicted faster. On the
+        wide MLP top-k at 1% lagged dense training by epochs; rank-4 factors reached dense's
+        accuracy in the same epochs (README, "Low-rank factors for matrices"). The shape
+        comes with each plan (None: the tensor may not be factored)."""
         rank = self.pipeline.factors.rank
         state.dims = matrix_shape(shape) if worth_factoring(shape, rank) else None
         if state.dims is None or LOWRANK not in self.priors:

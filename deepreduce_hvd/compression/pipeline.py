@@ -513,7 +513,9 @@ class Pipeline:
         first = name not in self._lowrank_s
         times = self._lowrank_s.setdefault(name, [0.0, 0.0])
         tail = np.array([times[1], self._last_decode.get(name, 0.0)], np.float32)
-        times[0] = math.inf if first else time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.stats.encode_s += seconds
+        times[0] = math.inf if first else seconds
         self.stats.bytes_sent += p.nbytes
         self.stats.dense_bytes += 4 * dense.size
         self.stats.tensors_lowrank += 1

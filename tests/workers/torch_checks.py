@@ -238,16 +238,17 @@ def check_lowrank_route():
     torch.testing.assert_close(got, (size + 1) / 2 * torch.outer(u, v), rtol=1e-4, atol=1e-4)
     assert exact.stats()["tensors_lowrank"] == 1, exact.stats()
     shifting = DeepReduce(bandwidth="10mbit", lowrank=2)
-    residual = lambda: shifting.comm.sets["global"].pipeline.memory.residual("full").reshape(-1)
-    entered, delivered = torch.zeros(96 * 80, dtype=torch.float64), torch.zeros(96 * 80, dtype=torch.float64)
+    entered = delivered = np.zeros(96 * 80)
     for _ in range(6):
         t = torch.randn(96, 80)
-        entered += t.reshape(-1).double()
-        delivered += hvd.allreduce(t, name="full", op=hvd.Sum, compression=shifting).reshape(-1).double()
+        entered = entered + t.numpy().reshape(-1)
+        delivered = delivered + hvd.allreduce(t, name="full", op=hvd.Sum,
+                                              compression=shifting).numpy().reshape(-1)
     assert shifting.stats()["tensors_lowrank"] == 6, shifting.stats()
-    left = sum(hvd.allgather_object(residual().astype(np.float64)))
-    entered = sum(hvd.allgather_object(entered.numpy()))
-    np.testing.assert_allclose(delivered.numpy() + left, entered, rtol=1e-4, atol=1e-3)
+    residual = shifting.comm.sets["global"].pipeline.memory.residual("full").reshape(-1)
+    left = sum(hvd.allgather_object(residual.astype(np.float64)))
+    entered = sum(hvd.allgather_object(entered))
+    np.testing.assert_allclose(delivered + left, entered, rtol=1e-4, atol=1e-3)
 
 
 def check_step_guard():
