@@ -69,8 +69,8 @@ class LowRank:
         self._held[name] = matrix
         p = np.empty((rows, self.rank), np.float32)
         with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf: settle resets everyone
-            for rows_ in blocks(rows, cols, self.rank):
-                np.matmul(matrix[rows_], q, out=p[rows_])
+            for part in blocks(rows, cols, self.rank):
+                np.matmul(matrix[part], q, out=p[part])
         return p
 
     def settle(self, name: str, p_sum: np.ndarray,
@@ -109,10 +109,6 @@ class LowRank:
         total *= np.float32(scale)
         self._q[name] = q
         return total
-
-    def forget(self, name: str) -> None:
-        for held in (self._q, self._basis, self._held):
-            held.pop(name, None)
 
     def state_dict(self) -> dict:
         return {name: q.copy() for name, q in self._q.items()}
