@@ -167,3 +167,23 @@ def test_matrix_plan_size_is_exact(shape, transpose, rng):
     assert plan.nbytes == len(body)
     np.testing.assert_array_equal(matrix.decode(body, indices.size, *shape, transpose),
                                   indices[plan.order])
+
+
+@given(freqs=st.lists(st.integers(0, 10**6), min_size=1, max_size=600))
+def test_canonical_codes_follow_the_definition(freqs):
+    """Each code (shorter first, then by symbol) is the previous code plus one, shifted left by
+    the growth in length: the reference rule, one symbol at a time; and no code is a prefix of
+    another."""
+    from deepreduce_hvd.codecs import huffman_code
+    lengths = huffman_code.code_lengths(np.array(freqs))
+    codes = huffman_code.canonical_codes(lengths)
+    code = previous = 0
+    used = np.flatnonzero(lengths)
+    for symbol in used[np.argsort(lengths[used], kind="stable")]:
+        code <<= int(lengths[symbol]) - previous
+        previous = int(lengths[symbol])
+        assert int(codes[symbol]) == code
+        code += 1
+    words = sorted(format(int(codes[s]), f"0{lengths[s]}b") for s in used)
+    assert all(not b.startswith(a) for a, b in zip(words, words[1:]))
+    assert not codes[lengths == 0].any()

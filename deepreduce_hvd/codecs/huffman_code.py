@@ -56,16 +56,17 @@ def code_lengths(freqs, max_length=MAX_CODE_LENGTH):
 
 
 def canonical_codes(lengths):
-    """Canonical code of each symbol (shorter codes first, then by symbol)."""
+    """Canonical code of each symbol (shorter codes first, then by symbol), without a loop:
+    in that order a code is 2**length times the Kraft sum of the codes before it, which, in
+    units of 2**-MAX_CODE_LENGTH, is an exact integer prefix sum."""
     lengths = np.asarray(lengths, dtype=np.int64)
     codes = np.zeros(lengths.size, dtype=np.uint64)
     used = np.flatnonzero(lengths)
-    code = prev = 0
-    for sym in used[np.argsort(lengths[used], kind="stable")]:
-        code <<= int(lengths[sym]) - prev
-        prev = int(lengths[sym])
-        codes[sym] = code
-        code += 1
+    ordered = used[np.argsort(lengths[used], kind="stable")]
+    depth = lengths[ordered]  # at most MAX_CODE_LENGTH: code_lengths' and 4-bit tables'
+    units = np.left_shift(1, MAX_CODE_LENGTH - depth)
+    before = np.cumsum(units) - units
+    codes[ordered] = (before >> (MAX_CODE_LENGTH - depth)).astype(np.uint64)
     return codes
 
 
