@@ -15,9 +15,9 @@ run. The step times (the least of each arm's timed steps, averaged over the rank
 compared, and an arm that does more work of its own than another (fp16 over Horovod's fp32,
 which hands it the gradient itself; the sparse arm over both; the plan over all) runs until
 the next comparison only where it beats the other by MARGIN: on a compute-bound step the arms'
-differences are within a few steps' noise, and there the cheaper arm is the safer bet. A step is the time between two calls for the first tensor ever routed (the
-pacer); the first step of each arm is not timed (a switch pays Horovod's negotiation of names
-it has not seen).
+differences are within a few steps' noise, and there the cheaper arm is the safer bet. A
+step is the time between two calls for the first tensor ever routed (the pacer); the first
+step of each arm is not timed (a switch pays Horovod's negotiation of names it has not seen).
 
 Decisions are identical on every rank: the schedule follows the pacer's calls, which every
 rank makes at the same steps, and the times compared are agreed by one small allgather. In a
