@@ -31,19 +31,18 @@ class EntropyIndex(IndexCodec):
         r, rice_bytes = rice_parameter(gaps)
         stats = GapStats(gaps)
         plan_bytes, extra = stats.smallest()
-        if plan_bytes < rice_bytes:
-            best = IndexEncoding(bytes([_HUFFMAN]) + stats.encode(extra), indices)
-        else:
-            best = IndexEncoding(bytes([_RICE]) + encode_rice(gaps, r), indices)
+        nbytes = 1 + min(plan_bytes, rice_bytes)  # the mode byte, and the smaller gap code
         dims = matrix.grid(shape, size)
         if dims and indices.size >= matrix.MIN_COUNT:
             plans = [matrix.MatrixPlan(indices, *dims, transpose) for transpose in (0, 1)]
             transpose = min((0, 1), key=lambda t: plans[t].nbytes)
             plan = plans[transpose]
-            if plan.nbytes + 2 < len(best.body):
-                best = IndexEncoding(bytes([_MATRIX, transpose]) + plan.body(),
+            if plan.nbytes + 2 < nbytes:
+                return IndexEncoding(bytes([_MATRIX, transpose]) + plan.body(),
                                      indices[plan.order], plan.order)
-        return best
+        if plan_bytes < rice_bytes:
+            return IndexEncoding(bytes([_HUFFMAN]) + stats.encode(extra), indices)
+        return IndexEncoding(bytes([_RICE]) + encode_rice(gaps, r), indices)
 
     def max_count(self, body, size):
         return 8 * len(body)  # every position costs at least one bit

@@ -5,10 +5,13 @@ low bits raw. A real canonical table is sent with the codes; sizes are never est
 length, top three bits) per gap, so choosing costs one pass; only the winner is written. The
 per-gap passes run in the native engine (csrc/gaps.cpp) or their numpy twins here.
 """
+import functools
+
 import numpy as np
 
 from ...engine import native
-from ...engine.bits import bit_length, check_room, expect_stream_end, pack_fields, read_fields
+from ...engine.bits import (bit_length, check_room, expect_stream_end, pack_fields, read_fields,
+                            varint_sizes)
 from ...errors import DeepReduceError
 from ...wire.bytestream import ByteReader, ByteWriter
 from .. import huffman_code
@@ -38,22 +41,24 @@ class GapStats:
             self.hist = np.bincount(length * (1 << _TOP) + top,
                                     minlength=(_MAX_LENGTH + 1) << _TOP)
         self.hist = self.hist.reshape(-1, 1 << _TOP)
+        self._per_length = self.hist.sum(axis=1)  # gaps of each bit length
+        self._plans = {}
 
     def plan(self, extra):
-        """(exact body bytes, code lengths per symbol, table head) for extra_bits = extra."""
-        lengths_axis = np.arange(self.hist.shape[0])[:, None]
-        kept = np.minimum(extra, np.maximum(lengths_axis - 1, 0))
-        top = np.arange(1 << _TOP)[None, :] >> (_TOP - kept)
-        symbols = (lengths_axis << extra) + top
-        counts = np.bincount(symbols.ravel(), weights=self.hist.ravel(),
-                             minlength=(_MAX_LENGTH + 1) << extra).astype(np.int64)
-        lengths = huffman_code.code_lengths(counts)
-        head = ByteWriter().u8(extra)
-        huffman_code.write_table(head, lengths)
-        raw_bits = int(self.hist.sum(axis=1) @ np.maximum(np.arange(self.hist.shape[0]) - 1 - extra, 0))
-        nbits = int(counts @ lengths) + raw_bits
-        head = head.getvalue()
-        return len(head) + (nbits + 7) // 8, lengths, head
+        """(exact body bytes, code length per symbol) for extra_bits = extra; remembered, so
+        that encoding the winner does not plan it again."""
+        planned = self._plans.get(extra)
+        if planned is None:
+            symbols, raw_width = _cells(self.hist.shape[0], extra)
+            counts = np.bincount(symbols, weights=self.hist.ravel(),
+                                 minlength=self.hist.shape[0] << extra).astype(np.int64)
+            lengths = huffman_code.code_lengths(counts)
+            nbits = int(counts @ lengths) + int(self._per_length @ raw_width)
+            used = np.flatnonzero(lengths)
+            first, span = (int(used[0]), int(used[-1] - used[0]) + 1) if used.size else (0, 0)
+            head = 1 + int(varint_sizes([first, span]).sum()) + (span + 1) // 2  # write_table's
+            planned = self._plans[extra] = (head + (nbits + 7) // 8, lengths)
+        return planned
 
     def smallest(self):
         """(nbytes, extra) of the smallest plan."""
@@ -61,7 +66,10 @@ class GapStats:
 
     def encode(self, extra):
         """Body: extra_bits u8, Huffman table, then one bit stream (codes, then raw bits)."""
-        _, lengths, head = self.plan(extra)
+        _, lengths = self.plan(extra)
+        head = ByteWriter().u8(extra)
+        huffman_code.write_table(head, lengths)
+        head = head.getvalue()
         codes = huffman_code.canonical_codes(lengths)
         if native.engine is not None:
             return head + bytes(native.engine.gap_pack(self.gaps, extra, codes,
@@ -75,6 +83,20 @@ class GapStats:
         low = v & ((np.uint64(1) << shift) - np.uint64(1))
         return head + pack_fields(np.concatenate((codes[symbols], low)),
                                   np.concatenate((lengths[symbols], width)))
+
+
+@functools.lru_cache(maxsize=None)
+def _cells(rows, extra):
+    """For a histogram of `rows` bit lengths: the Huffman symbol of each (bit length, top
+    three bits) cell when `extra` top bits are modelled, and the raw low bits a gap of each
+    bit length then keeps (the same for every tensor: computed once)."""
+    length = np.arange(rows)[:, None]
+    kept = np.minimum(extra, np.maximum(length - 1, 0))
+    symbols = (length << extra) + (np.arange(1 << _TOP)[None, :] >> (_TOP - kept))
+    cells = symbols.ravel(), np.maximum(np.arange(rows) - 1 - extra, 0)
+    for array in cells:
+        array.setflags(write=False)  # shared by every GapStats
+    return cells
 
 
 def decode_gaps(body, count):
