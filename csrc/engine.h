@@ -91,6 +91,17 @@ std::vector<int64_t> matrix_positions(const int64_t* lines, const int64_t* count
                                       const int64_t* ranked, size_t nranked,
                                       const uint64_t* steps, size_t count, int64_t cols,
                                       bool transpose);
+// The matrix model's coding of sorted flat positions of a rows x cols tensor (the encoder's
+// side of matrix_positions; rows and columns swapped when transpose): the other axis ranked by
+// how many elements each holds (descending, ties by index), the elements ordered by (line,
+// rank) by two stable counting passes, then each line's rank steps. Same results as the numpy
+// twin in deepreduce_hvd/codecs/index/matrix.py.
+struct MatrixCoding {
+    std::vector<int64_t> order, ranked, lines;
+    std::vector<uint64_t> counts_less_one, steps;
+};
+MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, int64_t cols,
+                           bool transpose);
 // Uniform dequantisation with sign bits: sign * (lo + q * step), as float32 (the entropy value
 // codec's reconstruction, computed in double exactly as its numpy twin does).
 std::vector<float> dequantise(const uint32_t* levels, size_t count, const uint8_t* data,

@@ -119,6 +119,59 @@ std::vector<int64_t> matrix_positions(const int64_t* lines, const int64_t* count
     return out;
 }
 
+MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, int64_t cols,
+                           bool transpose) {
+    if (rows < 1 || cols < 1) throw Error("matrix coding: empty grid");
+    const int64_t size = rows * cols;
+    const int64_t lines_total = transpose ? cols : rows, others_total = transpose ? rows : cols;
+    std::vector<int64_t> line(count), rank(count), per_other(others_total, 0);
+    for (size_t i = 0; i < count; ++i) {
+        if (indices[i] < 0 || indices[i] >= size) throw Error("matrix coding: position out of range");
+        int64_t row = indices[i] / cols, col = indices[i] - row * cols;
+        line[i] = transpose ? col : row;
+        rank[i] = transpose ? row : col;  // the other axis' index until ranked below
+        ++per_other[rank[i]];
+    }
+    MatrixCoding out;
+    for (int64_t c = 0; c < others_total; ++c)
+        if (per_other[c]) out.ranked.push_back(c);
+    std::stable_sort(out.ranked.begin(), out.ranked.end(),
+                     [&](int64_t a, int64_t b) { return per_other[a] > per_other[b]; });
+    std::vector<int64_t>& rank_of = per_other;  // its counts are no longer needed
+    for (size_t r = 0; r < out.ranked.size(); ++r) rank_of[out.ranked[r]] = static_cast<int64_t>(r);
+    for (size_t i = 0; i < count; ++i) rank[i] = rank_of[rank[i]];
+    // two stable counting passes: by rank, then by line
+    const size_t nranked = out.ranked.size();
+    std::vector<int64_t> by_rank(count), starts(std::max<size_t>(lines_total, nranked) + 1, 0);
+    for (size_t i = 0; i < count; ++i) ++starts[rank[i] + 1];
+    for (size_t r = 0; r < nranked; ++r) starts[r + 1] += starts[r];
+    for (size_t i = 0; i < count; ++i) by_rank[starts[rank[i]]++] = static_cast<int64_t>(i);
+    std::fill(starts.begin(), starts.begin() + lines_total + 1, 0);
+    for (size_t i = 0; i < count; ++i) ++starts[line[i] + 1];
+    for (int64_t j = 0; j < lines_total; ++j) starts[j + 1] += starts[j];
+    out.order.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+        int64_t e = by_rank[i];
+        out.order[starts[line[e]]++] = e;
+    }
+    out.steps.resize(count);
+    int64_t previous_line = -1, previous_rank = -1;
+    for (size_t i = 0; i < count; ++i) {
+        int64_t e = out.order[i];
+        if (line[e] != previous_line) {
+            out.lines.push_back(line[e]);
+            out.counts_less_one.push_back(0);
+            previous_line = line[e];
+            previous_rank = -1;
+        } else {
+            ++out.counts_less_one.back();
+        }
+        out.steps[i] = static_cast<uint64_t>(rank[e] - previous_rank - 1);
+        previous_rank = rank[e];
+    }
+    return out;
+}
+
 std::vector<float> dequantise(const uint32_t* levels, size_t count, const uint8_t* data,
                               size_t nbytes, uint64_t sign_start, double lo, double step) {
     if (sign_start > 8 * static_cast<uint64_t>(nbytes) || count > 8 * nbytes - sign_start)

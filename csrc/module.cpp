@@ -275,6 +275,28 @@ PyObject* matrix_positions(PyObject*, PyObject* args) {
     return to_bytearray(out);
 }
 
+PyObject* matrix_coding(PyObject*, PyObject* args) {
+    PyObject* indices_obj;
+    long long rows, cols;
+    int transpose;
+    if (!PyArg_ParseTuple(args, "OLLp", &indices_obj, &rows, &cols, &transpose)) return nullptr;
+    Buffer indices;
+    if (!indices.get(indices_obj, false, 8, "indices")) return nullptr;
+    dr::MatrixCoding out;
+    if (!run_released([&] {
+            out = dr::matrix_coding(indices.as<int64_t>(), indices.count(8), rows, cols, transpose);
+        }))
+        return nullptr;
+    PyObject* parts[] = {to_bytearray(out.order), to_bytearray(out.ranked), to_bytearray(out.lines),
+                         to_bytearray(out.counts_less_one), to_bytearray(out.steps)};
+    for (PyObject* part : parts) {
+        if (part) continue;
+        for (PyObject* made : parts) Py_XDECREF(made);
+        return nullptr;
+    }
+    return Py_BuildValue("NNNNN", parts[0], parts[1], parts[2], parts[3], parts[4]);
+}
+
 PyObject* dequantise(PyObject*, PyObject* args) {
     PyObject *levels_obj, *data_obj;
     unsigned long long sign_start;
@@ -495,6 +517,9 @@ PyMethodDef methods[] = {
     {"rice_pack", rice_pack, METH_VARARGS, "rice_pack(u64 gaps, r) -> bytes"},
     {"matrix_positions", matrix_positions, METH_VARARGS,
      "matrix_positions(lines, counts, ranked, u64 steps, cols, transpose) -> i64 positions"},
+    {"matrix_coding", matrix_coding, METH_VARARGS,
+     "matrix_coding(i64 sorted positions, rows, cols, transpose) -> (i64 order, i64 ranked, "
+     "i64 lines, u64 counts - 1, u64 rank steps)"},
     {"dequantise", dequantise, METH_VARARGS,
      "dequantise(u32 levels, data, sign_start, lo, step) -> f32 values"},
     {"scatter_add", scatter_add, METH_VARARGS,

@@ -41,6 +41,34 @@ def coding_order(line, rank, lines_total, ranks_total):
     return first[np.argsort(key(line[first], lines_total), kind="stable")]
 
 
+def coding(indices, rows, cols, transpose):
+    """(order, ranked, lines, counts - 1, rank steps) of one orientation: the other axis
+    ranked by how many elements each holds, the elements in (line, rank) order, each line's
+    count and the steps between its ranks (the native engine's matrix_coding, or its twin)."""
+    if native.engine is not None:
+        parts = native.engine.matrix_coding(np.ascontiguousarray(indices, np.int64),
+                                            rows, cols, bool(transpose))
+        return tuple(np.frombuffer(part, dtype) for part, dtype in
+                     zip(parts, (np.int64, np.int64, np.int64, np.uint64, np.uint64)))
+    line, other = np.divmod(indices, cols)
+    lines_total, others_total = rows, cols
+    if transpose:
+        line, other, lines_total, others_total = other, line, cols, rows
+    per_other = np.bincount(other, minlength=others_total)
+    ranked = np.argsort(-per_other, kind="stable")[:np.count_nonzero(per_other)]
+    rank_of = np.empty(others_total, dtype=np.int64)
+    rank_of[ranked] = np.arange(ranked.size)
+    rank = rank_of[other]
+    order = coding_order(line, rank, lines_total, ranked.size)
+    line, rank = line[order], rank[order]
+    starts = np.flatnonzero(np.concatenate(([True], line[1:] != line[:-1])))
+    counts = np.diff(np.append(starts, line.size))
+    previous = np.concatenate(([-1], rank[:-1]))
+    previous[starts] = -1
+    return (order, ranked, line[starts], (counts - 1).astype(np.uint64),
+            (rank - previous - 1).astype(np.uint64))
+
+
 class MatrixPlan:
     """One orientation's coding of sorted flat positions of a rows x cols tensor, sized
     exactly (`nbytes`, from the gap streams' histograms) before anything is packed, so that
@@ -48,29 +76,14 @@ class MatrixPlan:
     positions as indices[order]."""
 
     def __init__(self, indices, rows, cols, transpose):
-        line, other = np.divmod(indices, cols)
-        lines_total, others_total = rows, cols
-        if transpose:
-            line, other, lines_total, others_total = other, line, cols, rows
-        per_other = np.bincount(other, minlength=others_total)
-        ranked = np.argsort(-per_other, kind="stable")[:np.count_nonzero(per_other)]
-        rank_of = np.empty(others_total, dtype=np.int64)
-        rank_of[ranked] = np.arange(ranked.size)
-        rank = rank_of[other]
-        order = coding_order(line, rank, lines_total, ranked.size)
-        line, rank = line[order], rank[order]
-        starts = np.flatnonzero(np.concatenate(([True], line[1:] != line[:-1])))
-        lines, counts = line[starts], np.diff(np.append(starts, line.size))
-        previous = np.concatenate(([-1], rank[:-1]))
-        previous[starts] = -1
-        self.order, self.ranked = order, ranked
-        self.width = int(bit_length(others_total - 1))
-        self.streams = [GapStats(to_gaps(lines)), GapStats((counts - 1).astype(np.uint64)),
-                        GapStats((rank - previous - 1).astype(np.uint64))]
+        self.order, self.ranked, lines, counts_less_one, steps = coding(indices, rows, cols,
+                                                                        transpose)
+        self.width = int(bit_length((rows if transpose else cols) - 1))
+        self.streams = [GapStats(to_gaps(lines)), GapStats(counts_less_one), GapStats(steps)]
         self.plans = [stream.smallest() for stream in self.streams]  # (nbytes, extra bits)
-        ranked_bytes = (ranked.size * self.width + 7) // 8
+        ranked_bytes = (self.ranked.size * self.width + 7) // 8
         sections = [size for size, _ in self.plans[:2]] + [ranked_bytes]  # length-prefixed
-        self.nbytes = (int(varint_sizes([lines.size, ranked.size, *sections]).sum())
+        self.nbytes = (int(varint_sizes([lines.size, self.ranked.size, *sections]).sum())
                        + sum(sections) + self.plans[2][0])
 
     def body(self):
