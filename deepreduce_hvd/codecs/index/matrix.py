@@ -5,8 +5,9 @@ entries where a large row meets a large column, so the columns one row selects a
 columns that many rows select. Ranking the columns by how many rows select them, and coding
 each row's selected ranks as gaps, turns that structure into small gaps: on the 2048x2048
 layer of the digits MLP about 2.2-2.7 bits per index, where LZMA over the selection bitmap
-needs 2.7-3.3 and plain gap codes 5.6-5.8, in O(k log k) time instead of a pass over the
-bitmap. Either axis can be the ranked one (`transpose`); the encoder tries both.
+needs 2.7-3.3 and plain gap codes 5.6-5.8, by counting passes over the k positions (the
+native engine; numpy sorts in its twin) instead of a pass over the bitmap. Either axis can be
+the ranked one (`transpose`); the encoder tries both.
 
 Body: lines with a selection (gaps), their counts - 1, the ranked columns (fixed width), then
 every line's rank gaps; each gap stream is a Huffman gap plan.
