@@ -62,7 +62,7 @@ class DeepReduce(DeepReduceBase, Compressor, tf.train.experimental.PythonState):
     """A horovod.tensorflow compression; see the module docstring. Keyword arguments: those
     of deepreduce_hvd.comm.config.Options (sparsifier, ratio, index, value, memory,
     min_size, objective, bandwidth, process_set, device_path, hierarchical, warmup_steps,
-    adaptive_density, momentum, momentum_masking, local_clip_norm, collective, lowrank,
+    adaptive_density, momentum, momentum_masking, local_clip_norm, collective, lowrank, energy,
     seed)."""
 
     def __init__(self, **options: Any) -> None:

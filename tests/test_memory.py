@@ -10,6 +10,7 @@ import deepreduce_hvd as dr
     dict(index="entropy", value={"id": "qsgd", "bits": 4}),
     dict(index={"id": "bloom", "policy": "random"}, value="raw"),
     dict(index="entropy", value="polyfit"),
+    dict(index="entropy", value="raw", energy=0.7),
 ])
 def test_delivered_plus_residual_conserves_the_gradient_sum(config, rng):
     pipeline = dr.Pipeline(ratio=0.02, **config)

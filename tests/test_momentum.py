@@ -238,3 +238,37 @@ def test_local_clipping_is_the_same_on_both_routes_and_loses_nothing_it_let_in(r
 def test_local_clip_norm_is_checked(bad):
     with pytest.raises(dr.DeepReduceError, match="local_clip_norm"):
         dr.Pipeline(local_clip_norm=bad)
+
+
+def test_the_energy_share_keeps_more_where_the_count_carries_too_little(rng):
+    """A flat gradient: 2% of its elements carry far less than 70% of its energy, so top-k
+    keeps up to 4x the count, the largest first; a spiky one, whose 2% carry it, keeps the
+    count. Either way the kept elements are the largest, and what is sent is what is taken
+    out of the residual."""
+    flat = rng.standard_normal(10_000).astype(np.float32)
+    spiky = flat * 1e-3
+    spiky[rng.choice(flat.size, 100, replace=False)] = 50.0
+    for gradient, expected in ((flat, 800), (spiky, 200)):
+        pipeline = dr.Pipeline(ratio=0.02, index="entropy", value="raw", energy=0.7)
+        frame = pipeline.compress("w", gradient)
+        delivered, _ = pipeline.decompress(frame, gradient.shape, "float32", ranks=1)
+        kept = np.flatnonzero(delivered)
+        assert kept.size == expected
+        assert np.abs(gradient[kept]).min() >= np.sort(np.abs(gradient))[-kept.size]
+        np.testing.assert_array_equal(delivered + pipeline.memory.residual("w"), gradient)
+    between = flat.copy()
+    between[:100] = 13.0  # the 200 largest carry some of the energy; enough of the next reach 70%
+    pipeline = dr.Pipeline(ratio=0.02, index="entropy", value="raw", energy=0.7)
+    delivered, _ = pipeline.decompress(pipeline.compress("w", between), between.shape,
+                                       "float32", ranks=1)
+    largest = np.sort(between.astype(np.float64) ** 2)[::-1]
+    share = np.cumsum(largest) / largest.sum()
+    assert 200 < np.count_nonzero(delivered) == int(np.searchsorted(share, 0.7)) + 1 < 800
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.5, float("nan"), True, "0.7"])
+def test_the_energy_share_is_checked(bad):
+    with pytest.raises(dr.DeepReduceError, match="energy"):
+        dr.Pipeline(energy=bad)
+    with pytest.raises(dr.DeepReduceError, match="energy"):
+        dr.Pipeline(sparsifier="randomk", energy=0.7)

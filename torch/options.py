@@ -21,6 +21,9 @@ def compression_parser(doc, sparsifier="topk", value="auto"):
                         help="DGC's momentum correction, for the job's momentum-SGD optimizer")
     parser.add_argument("--momentum-masking", action="store_true",
                         help="with --momentum-correction: DGC's momentum factor masking")
+    parser.add_argument("--energy", type=float, default=None,
+                        help="share of each compensated gradient's energy top-k must carry "
+                             "(up to 4x --ratio's count)")
     parser.add_argument("--local-clip-norm", type=float, default=None,
                         help="DGC's local gradient clipping: each rank's per-tensor L2 bound")
     parser.add_argument("--objective", default="time", choices=["time", "bytes"],
@@ -67,4 +70,4 @@ def pipeline_config(args):
                 bandwidth=args.bandwidth, warmup_steps=args.warmup_steps,
                 collective=args.collective, momentum_masking=args.momentum_masking,
                 local_clip_norm=args.local_clip_norm, adaptive_density=not args.fixed_density,
-                lowrank=args.lowrank)
+                lowrank=args.lowrank, energy=args.energy)

@@ -282,11 +282,13 @@ class Communicator:
 
     def _on_device(self, flight):
         """Whether this tensor is compensated and selected by framework ops on its device
-        (momentum correction keeps its velocities on the host, and local clipping runs there)."""
+        (momentum correction keeps its velocities on the host; local clipping and the energy
+        share run there)."""
         info, device_path = flight.info, self.options.device_path
         wanted = info.on_device if device_path == "auto" else bool(device_path)
         pipeline = flight.state.pipeline
-        wanted = wanted and pipeline.momentum is None and pipeline.local_clip_norm is None
+        wanted = wanted and pipeline.momentum is None and pipeline.local_clip_norm is None and \
+            pipeline.density.energy is None
         return wanted and info.size is not None and flight.plan.kind != SPARSE_ALLREDUCE and (
             flight.plan.kind != ALLGATHER or self._device(flight.state).supports())
 

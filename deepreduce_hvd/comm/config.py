@@ -30,6 +30,10 @@ class Options:
         (compression/momentum.py; default 0: off). The PyTorch class reads it from the
         optimizer: name_parameters(..., optimizer=opt). momentum_masking: DGC's momentum
         factor masking (default False). Needs memory="residual"; runs on the host.
+      energy: a share of each compensated gradient's energy (squared L2 norm) that top-k must
+        carry (default None: off): where `ratio`'s count of largest elements carries less,
+        the selection keeps as many more as the share needs, up to 4x that count, so a
+        rank's count follows its gradient (compression/density.py). Runs on the host.
       local_clip_norm: DGC's local gradient clipping (default None: off): each rank scales its
         gradient of a tensor to at most this L2 norm before error feedback (and the momentum
         correction's velocity) take it in; to match clipping the averaged gradient of N ranks
@@ -72,7 +76,7 @@ class Options:
                  device_path: Union[str, bool] = "auto", hierarchical: bool = False,
                  adaptive_density: bool = True, momentum: float = 0.0,
                  momentum_masking: bool = False, local_clip_norm: Optional[float] = None,
-                 collective: str = "auto", lowrank: int = 4,
+                 collective: str = "auto", lowrank: int = 4, energy: Optional[float] = None,
                  **unknown: Any) -> None:
         if unknown:
             raise DeepReduceError(f"DeepReduce got unknown options {sorted(unknown)}")
@@ -89,7 +93,7 @@ class Options:
                              min_size=min_size, seed=seed, warmup_steps=warmup_steps,
                              adaptive_density=adaptive_density, momentum=momentum,
                              momentum_masking=momentum_masking, local_clip_norm=local_clip_norm,
-                             lowrank=lowrank)
+                             lowrank=lowrank, energy=energy)
         Pipeline(**self.pipeline)  # validates the pipeline's options
         self.index, self.value = index, value
         self.objective, self.bandwidth = objective, parse_bandwidth(bandwidth)

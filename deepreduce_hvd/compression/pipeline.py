@@ -112,6 +112,9 @@ class Pipeline:
     late). DGC's rule for a bound C on the averaged gradient of N ranks: C * sqrt(N).
     lowrank: the rank of the low-rank factors a matrix may travel as (compression/lowrank.py;
     the planner chooses where; default 0: never).
+    energy: a share of the compensated gradient's energy that top-k must carry, keeping more
+    than the step's count where that count carries less, up to 4x it (compression/density.py;
+    default None: off).
 
     A gradient holding NaN or Inf is not encoded: every rank receives NaN for that tensor
     (as a dense allreduce would deliver NaN; an AMP loss scaler then skips the step), and its
@@ -123,7 +126,7 @@ class Pipeline:
                  memory: Optional[str] = "residual", min_size: int = 1000, seed: int = 0,
                  warmup_steps: int = 0, adaptive_density: bool = False, momentum: float = 0.0,
                  momentum_masking: bool = False, local_clip_norm: Optional[float] = None,
-                 lowrank: int = 0) -> None:
+                 lowrank: int = 0, energy: Optional[float] = None) -> None:
         if sparsifier not in SPARSIFIERS:
             raise DeepReduceError(f"sparsifier must be one of {SPARSIFIERS}, not {sparsifier!r}")
         sparsify.check_threshold(threshold)
@@ -145,7 +148,10 @@ class Pipeline:
             raise DeepReduceError("local_clip_norm must be None or a positive finite number, "
                                   f"not {local_clip_norm!r}")
         self.local_clip_norm = None if local_clip_norm is None else float(local_clip_norm)
-        self.density = Density(ratio, warmup_steps, adaptive_density)
+        if energy is not None and sparsifier != "topk":
+            raise DeepReduceError("energy applies to the top-k sparsifier, not "
+                                  f"{sparsifier!r}")
+        self.density = Density(ratio, warmup_steps, adaptive_density, energy)
         if check_momentum(momentum) and memory != "residual":
             raise DeepReduceError("momentum correction needs memory='residual' (the velocity "
                                   "not yet sent waits in the residual)")
@@ -169,7 +175,8 @@ class Pipeline:
                 "adaptive_density": self.density.adaptive,
                 "momentum": self.momentum.momentum if self.momentum else 0.0,
                 "momentum_masking": bool(self.momentum and self.momentum.masking),
-                "local_clip_norm": self.local_clip_norm, "lowrank": self.factors.rank}
+                "local_clip_norm": self.local_clip_norm, "lowrank": self.factors.rank,
+                "energy": self.density.energy}
 
     def state_dict(self) -> dict:
         """What this pipeline's next steps depend on: the residuals (error feedback), each
@@ -250,8 +257,13 @@ class Pipeline:
         residual = memory.buffer(name, dense.shape).reshape(-1) if memory else None
         if self.sparsifier in ("topk", "threshold"):
             k = self.selection_count(dense.size, name)
-            picked = sparsify.select(self.sparsifier, dense, residual, k=k, tau=self.threshold)
+            grown = self.density.energy is not None and self.sparsifier == "topk" and \
+                name is not None
+            cap = self.density.energy_cap(dense.size, k) if grown else k
+            picked = sparsify.select(self.sparsifier, dense, residual, k=cap, tau=self.threshold)
             compensated = residual if residual is not None else dense.reshape(-1)
+            if picked is not None and cap > k:
+                picked = sparsify.energy_share(*picked, k, compensated, self.density.energy)
             return None if picked is None else (*picked, None, compensated)
         compensated = residual if residual is not None else dense.astype(np.float32).reshape(-1)
         if residual is not None:

@@ -115,6 +115,19 @@ def threshold(dense: ArrayLike, tau: float) -> Tuple[np.ndarray, np.ndarray]:
     return flat[indices], indices
 
 
+def energy_share(values, indices, count, compensated, share):
+    """Of a top-k selection (values, indices) of more than `count` elements: the `count`
+    largest, and as many more of the next largest as it takes to carry `share` of the
+    compensated gradient's energy (all of them if that is not enough), in their order."""
+    energy = values.astype(np.float64) ** 2
+    largest = np.argsort(-energy, kind="stable")
+    carried = np.cumsum(energy[largest])
+    total = float(np.add.reduce(np.square(compensated, dtype=np.float64)))
+    keep = min(max(count, int(np.searchsorted(carried, share * total)) + 1), values.size)
+    chosen = np.sort(largest[:keep])
+    return values[chosen], indices[chosen]
+
+
 def select(kind, grad, residual=None, k=None, tau=0.0):
     """Compensate and select in one pass: residual (a float32 buffer of grad's size, or None)
     becomes residual + grad in place; -> (values, indices) of the compensated gradient for

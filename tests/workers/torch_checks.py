@@ -8,7 +8,7 @@ import torch
 
 import deepreduce_hvd as dr
 import harness
-from deepreduce_hvd.torch import DeepReduce
+from deepreduce_hvd.torch import DeepReduce, named
 
 hvd.init()
 harness.bind(hvd)
@@ -61,6 +61,30 @@ def check_local_clipping_bounds_each_ranks_gradient():
     clipped = [g * min(1.0, 3.0 / np.linalg.norm(g)) for g in hvd.allgather_object(t.numpy())]
     np.testing.assert_allclose(got.numpy(), np.mean(clipped, axis=0), rtol=1e-5, atol=1e-6)
     assert np.linalg.norm(got.numpy()) <= 3.0 + 1e-4
+
+
+def check_energy_share_counts_differ_by_rank():
+    """DeepReduce(energy=0.7) through real Horovod: a rank with a flat gradient sends more
+    than the 2% count (up to 4x), one with a spiky gradient sends the count; every rank
+    receives the average of what each kept (its largest elements), the same bits everywhere."""
+    gen = np.random.default_rng(rank)
+    g = gen.standard_normal(5000).astype(np.float32)
+    if rank % 2:
+        g[gen.choice(g.size, 100, replace=False)] = 60.0
+    got = hvd.allreduce(named(torch.from_numpy(g), "energy"), name="energy", compression=DeepReduce(
+        ratio=0.02, index="entropy", value="raw", energy=0.7, adaptive_density=False))
+    kept = []
+    for other in hvd.allgather_object(g):
+        energy = np.sort(other.astype(np.float64) ** 2)[::-1]
+        count = min(max(100, int(np.searchsorted(np.cumsum(energy), 0.7 * energy.sum())) + 1), 400)
+        sparse = np.zeros_like(other)
+        largest = np.argsort(-np.abs(other), kind="stable")[:count]
+        sparse[largest] = other[largest]
+        kept.append(sparse)
+    np.testing.assert_allclose(got.numpy(), np.mean(kept, axis=0), rtol=1e-6, atol=1e-7)
+    assert {np.count_nonzero(k) for k in kept} == ({400} if hvd.size() == 1 else {100, 400})
+    for other in hvd.allgather_object(got.numpy())[1:]:
+        np.testing.assert_array_equal(got.numpy(), other)
 
 
 def check_passthrough():
