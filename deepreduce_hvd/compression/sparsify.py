@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..engine import native
+from ..engine.norms import l2_norm
 from ..errors import DeepReduceError
 
 SAMPLED_TOPK_MIN_SIZE = 1 << 16
@@ -122,7 +123,7 @@ def energy_share(values, indices, count, compensated, share):
     energy = values.astype(np.float64) ** 2
     largest = np.argsort(-energy, kind="stable")
     carried = np.cumsum(energy[largest])
-    total = float(np.add.reduce(np.square(compensated, dtype=np.float64)))
+    total = l2_norm(compensated) ** 2  # float32 squares: no float64 copy of the tensor
     keep = min(max(count, int(np.searchsorted(carried, share * total)) + 1), values.size)
     chosen = np.sort(largest[:keep])
     return values[chosen], indices[chosen]
