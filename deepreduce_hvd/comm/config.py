@@ -31,7 +31,7 @@ class Options:
         optimizer: name_parameters(..., optimizer=opt). momentum_masking: DGC's momentum
         factor masking (default False). Needs memory="residual"; runs on the host.
       energy: a share of each compensated gradient's energy (squared L2 norm) that top-k must
-        carry (default None: off): where `ratio`'s count of largest elements carries less,
+        carry (default None: off): where the step's count of largest elements carries less,
         the selection keeps as many more as the share needs, up to 4x that count, so a
         rank's count follows its gradient (compression/density.py). Runs on the host.
       local_clip_norm: DGC's local gradient clipping (default None: off): each rank scales its
