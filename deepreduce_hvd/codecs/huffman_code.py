@@ -10,7 +10,7 @@ import heapq
 import numpy as np
 
 from ..engine import native
-from ..engine.bits import check_room, unpack_bits
+from ..engine.bits import check_room, unpack_bits, varint_sizes
 from ..errors import DeepReduceError
 
 MAX_CODE_LENGTH = 15
@@ -70,11 +70,22 @@ def canonical_codes(lengths):
     return codes
 
 
+def _table_span(lengths):
+    """(first used symbol, count from it to the last used one) of a table."""
+    used = np.flatnonzero(lengths)
+    return (int(used[0]), int(used[-1] - used[0]) + 1) if used.size else (0, 0)
+
+
+def table_bytes(lengths):
+    """The bytes write_table writes for these lengths, without writing them."""
+    first, count = _table_span(lengths)
+    return int(varint_sizes([first, count]).sum()) + (count + 1) // 2
+
+
 def write_table(writer, lengths):
     """Symbols first..last as 4-bit lengths, after two varints (first, count)."""
-    used = np.flatnonzero(lengths)
-    first = int(used[0]) if used.size else 0
-    span = np.asarray(lengths[first:int(used[-1]) + 1] if used.size else [], dtype=np.uint8)
+    first, count = _table_span(lengths)
+    span = np.asarray(lengths[first:first + count], dtype=np.uint8)
     writer.varint(first).varint(span.size)
     if span.size % 2:
         span = np.append(span, 0)

@@ -257,8 +257,7 @@ class Pipeline:
         residual = memory.buffer(name, dense.shape).reshape(-1) if memory else None
         if self.sparsifier in ("topk", "threshold"):
             k = self.selection_count(dense.size, name)
-            grown = self.density.energy is not None and self.sparsifier == "topk" and \
-                name is not None
+            grown = self.density.energy is not None and name is not None  # top-k only
             cap = self.density.energy_cap(dense.size, k) if grown else k
             picked = sparsify.select(self.sparsifier, dense, residual, k=cap, tau=self.threshold)
             compensated = residual if residual is not None else dense.reshape(-1)

@@ -10,8 +10,7 @@ import functools
 import numpy as np
 
 from ...engine import native
-from ...engine.bits import (bit_length, check_room, expect_stream_end, pack_fields, read_fields,
-                            varint_sizes)
+from ...engine.bits import bit_length, check_room, expect_stream_end, pack_fields, read_fields
 from ...errors import DeepReduceError
 from ...wire.bytestream import ByteReader, ByteWriter
 from .. import huffman_code
@@ -54,9 +53,7 @@ class GapStats:
                                  minlength=self.hist.shape[0] << extra).astype(np.int64)
             lengths = huffman_code.code_lengths(counts)
             nbits = int(counts @ lengths) + int(self._per_length @ raw_width)
-            used = np.flatnonzero(lengths)
-            first, span = (int(used[0]), int(used[-1] - used[0]) + 1) if used.size else (0, 0)
-            head = 1 + int(varint_sizes([first, span]).sum()) + (span + 1) // 2  # write_table's
+            head = 1 + huffman_code.table_bytes(lengths)  # the extra-bits byte, the table
             planned = self._plans[extra] = (head + (nbits + 7) // 8, lengths)
         return planned
 
