@@ -4,6 +4,7 @@ DistributedGradientTape and DeepReduce (tf-keras layers, see the README on Keras
     horovodrun -np 2 -H localhost:2 --gloo python tf/train_digits.py \\
         --compression deepreduce --index bloom --value qsgd
     ... --compression none | fp16      (Horovod's own, for comparison)
+    ... --peer compute                  (no communication: the time floor)
 
 Rank 0 shows a progress bar and prints, per epoch, the training loss, test accuracy and the
 megabytes this rank sent against what a dense fp32 allreduce of the same gradients carries,
@@ -37,6 +38,8 @@ MOMENTUM = 0.9
 def parse_args():
     parser = compression_parser(__doc__)
     parser.add_argument("--model", default="convnet", choices=sorted(MODELS))
+    parser.add_argument("--peer", choices=["compute"],
+                        help="no communication (the time floor): each rank steps on its own gradient")
     return add_digits_training_args(parser).parse_args()
 
 
@@ -74,6 +77,9 @@ MODELS = {"convnet": convnet, "cnn": cnn}
 
 
 def make_compression(args):
+    """Horovod's compression for the tape (None: --peer compute, no tape reduces)."""
+    if args.peer == "compute":
+        return None
     if args.compression == "none":
         return hvd.Compression.none
     if args.compression == "fp16":
@@ -98,7 +104,8 @@ def main():
     def train_step(x, y, first):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
-        tape = hvd.DistributedGradientTape(tape, compression=compression)
+        if compression is not None:
+            tape = hvd.DistributedGradientTape(tape, compression=compression)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         if first:
@@ -126,7 +133,8 @@ def main():
             sent, dense = stats["bytes_sent"], stats["dense_bytes"]
         else:
             dense = dense_per_step * steps
-            sent = dense // 2 if compression is hvd.Compression.fp16 else dense
+            sent = 0 if compression is None else \
+                dense // 2 if compression is hvd.Compression.fp16 else dense
         accuracy = float(np.mean(np.argmax(model(x_test, training=False), 1) == y_test))
         loss = float(hvd.allreduce(tf.constant(np.mean(losses))))
         history.add(epoch, {"loss": loss, "test_accuracy": accuracy}, sent, dense,
