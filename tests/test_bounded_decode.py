@@ -7,7 +7,8 @@ import pytest
 import deepreduce_hvd as dr
 from deepreduce_hvd.codecs import bloom_filter
 from deepreduce_hvd.codecs.sparse_codec import ascending
-from deepreduce_hvd.compression.pipeline import decode_all
+from deepreduce_hvd.compression.pipeline import PARALLEL_BYTES, decode_all
+from deepreduce_hvd.engine import native
 from hostile import curve_body, payload
 
 
@@ -79,3 +80,33 @@ def test_scan_limit_bounds_the_positives_by_the_insertions():
         bloom_filter.scan_limit(filt, m, h, 1, 10_000)
     with pytest.raises(dr.DeepReduceError, match="predicts"):  # fine for 10^4, not for 10^8
         bloom_filter.scan_limit(filt, m, h, 100, 10**8)
+
+
+@pytest.mark.parametrize("environ, cpus, expected", [
+    ({}, 8, 8),                                        # no launcher: the whole host
+    ({"HOROVOD_LOCAL_SIZE": "4"}, 2, 1),               # oversubscribed: never below one
+    ({"HOROVOD_LOCAL_SIZE": "2"}, 8, 4),
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, 16, 5),
+    ({"SLURM_NTASKS_PER_NODE": "2(x3)"}, 8, 4),        # Slurm's per-node form
+    ({"HOROVOD_LOCAL_SIZE": "junk", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 4, 2),
+    ({"HOROVOD_LOCAL_SIZE": "0"}, 4, 4),
+])
+def test_cores_per_rank_shares_the_host_between_its_ranks(environ, cpus, expected):
+    assert native.cores_per_rank(environ, cpus) == expected
+
+
+def test_decode_all_gives_the_same_sums_on_worker_threads_or_not(rng, monkeypatch):
+    """Large payloads go to the pool only where each rank has a spare core; either way
+    the same (values, positions) come back in rank order."""
+    codec = dr.SparseCodec(index="golomb", value="fp16")
+    payloads = [codec.encode(*dr.topk(rng.standard_normal(400_000).astype(np.float32), 0.05),
+                             (400_000,)) for _ in range(4)]
+    assert min(len(p) for p in payloads) > PARALLEL_BYTES
+    results = {}
+    for cores in (1, 2):
+        monkeypatch.setattr(native, "cores_per_rank", lambda: cores)
+        results[cores] = list(decode_all(payloads, (400_000,), "float32"))
+    for (v1, p1), (v2, p2) in zip(results[1], results[2]):
+        np.testing.assert_array_equal(v1, v2)
+        np.testing.assert_array_equal(p1, p2)
+

@@ -12,7 +12,6 @@ too), and caps the scan, which stops as soon as the cap is passed. So a decoder 
 O(values + filter) memory, and its time is at most one scan of the tensor's positions.
 """
 import math
-import os
 
 import numpy as np
 
@@ -170,7 +169,7 @@ def query(filter_bytes, m, h, seed, size, limit=None, threads=None):
     DeepReduceError as soon as more than `limit` are found."""
     if native.engine is None:
         return query_numpy(filter_bytes, m, h, seed, size, limit)
-    threads = threads or os.cpu_count() or 1
+    threads = threads or native.cores_per_rank()
     limit = size if limit is None else limit
     raw = native.engine.bloom_query(filter_bytes, m, h, seed_key(seed), size, threads, limit)
     return np.frombuffer(raw, dtype=np.int64)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..codecs.sparse_codec import Buffer, CodecSpec, SparseCodec, decode_unordered
+from ..engine import native
 from ..engine.halves import to_half
 from ..engine.norms import l2_norm
 from ..engine.scatter import scatter_add
@@ -67,9 +67,10 @@ class Stats:
 
 
 _POOL = None
-# decode on worker threads when payloads average this many bytes: measured here, 42k-element
-# payloads (52-128 KB) decode 1.3-1.7x faster on two threads, 10k-element ones (13-32 KB)
-# up to 2x slower (the handoffs cost more than the work)
+# decode on worker threads when payloads average this many bytes and this host has a spare
+# core per rank (native.cores_per_rank): measured here in one process, 42k-element payloads
+# (52-128 KB) decode 1.3-1.7x faster on two threads, 10k-element ones (13-32 KB) up to 2x
+# slower (the handoffs cost more than the work)
 PARALLEL_BYTES = 40 << 10
 
 
@@ -82,11 +83,12 @@ def decode_all(payloads, shape, dtype_name):
     payloads = list(payloads)
     shapes = shape if isinstance(shape, list) else [shape] * len(payloads)
     decode = lambda p, s: decode_unordered(p, max(math.prod(s), 1), s, dtype_name)[:2]  # noqa: E731
-    if (len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES * len(payloads)
-            or (os.cpu_count() or 1) < 2):
+    cores = native.cores_per_rank()
+    if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES * len(payloads) \
+            or cores < 2:
         return map(decode, payloads, shapes)
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count()), thread_name_prefix="deepreduce")
+        _POOL = ThreadPoolExecutor(max_workers=min(4, cores), thread_name_prefix="deepreduce")
     return _POOL.map(decode, payloads, shapes)
 
 

@@ -66,21 +66,32 @@ class ByteReader:
         return out
 
     def u8(self):
-        return self._take(1)[0]
+        pos = self._pos
+        if pos >= len(self._view):
+            self._take(1)  # raises the truncation error
+        self._pos = pos + 1
+        return self._view[pos]
 
     def u32(self):
         return struct.unpack("<I", self._take(4))[0]
 
     def varint(self, limit=None):
+        view, pos, end = self._view, self._pos, len(self._view)
         value = shift = 0
         for _ in range(_MAX_VARINT_BYTES):
-            byte = self.u8()
+            if pos >= end:
+                self._pos = pos
+                self._take(1)  # raises the truncation error
+            byte = view[pos]
+            pos += 1
             value |= (byte & 0x7F) << shift
             shift += 7
             if not byte & 0x80:
                 break
         else:
+            self._pos = pos
             raise DeepReduceError(f"{self.what}: varint too long at offset {self._pos}")
+        self._pos = pos
         if limit is not None and value > limit:
             raise DeepReduceError(f"{self.what}: value {value} exceeds limit {limit}")
         return value
