@@ -52,9 +52,9 @@ class BitWriter {
 
   private:
     void flush_word() {
-        size_t at = out_.size();
-        out_.resize(at + 8);
-        for (int b = 0; b < 8; ++b) out_[at + b] = static_cast<uint8_t>(acc_ >> (8 * b));
+        uint8_t bytes[8];
+        for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(acc_ >> (8 * b));
+        out_.insert(out_.end(), bytes, bytes + 8);
     }
 
     std::vector<uint8_t> out_;

@@ -91,7 +91,13 @@ std::vector<uint8_t> rice_pack(const uint64_t* gaps, size_t n, int r) {
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) total += (gaps[i] >> r) + 1 + r;
     BitWriter out(total);
-    for (size_t i = 0; i < n; ++i) out.field(1, static_cast<int64_t>(gaps[i] >> r) + 1);
+    for (size_t i = 0; i < n; ++i) {  // q zeros then a one: in stream order, bit q alone
+        uint64_t q = gaps[i] >> r;
+        if (q < 63)
+            out.put(1ULL << q, static_cast<int>(q) + 1);
+        else
+            out.field(1, static_cast<int64_t>(q) + 1);
+    }
     const uint64_t mask = r ? (~0ULL >> (64 - r)) : 0;
     for (size_t i = 0; i < n; ++i) out.field(gaps[i] & mask, r);
     return out.finish();

@@ -209,3 +209,20 @@ def test_canonical_codes_follow_the_definition(freqs):
     words = sorted(format(int(codes[s]), f"0{lengths[s]}b") for s in used)
     assert all(not b.startswith(a) for a, b in zip(words, words[1:]))
     assert not codes[lengths == 0].any()
+
+
+@given(gaps=st.lists(st.integers(0, 2**50), max_size=300), r=st.integers(0, 40))
+def test_native_rice_code_equals_its_numpy_twin(gaps, r):
+    """Unary quotients (beyond 64 bits too) and remainders: the same bytes from both engines."""
+    from deepreduce_hvd.codecs.index.golomb import encode_rice
+    from deepreduce_hvd.engine import native
+    if native.engine is None:
+        pytest.skip("native engine not built")
+    gaps = np.array(gaps, np.uint64) >> np.uint64(max(0, 50 - r - 8))  # quotients up to ~256
+    fast = encode_rice(gaps, r)
+    engine, native.engine = native.engine, None
+    try:
+        slow = encode_rice(gaps, r)
+    finally:
+        native.engine = engine
+    assert fast == slow

@@ -10,6 +10,7 @@ the half-precision values.
 """
 import numpy as np
 
+from ...engine.halves import to_half
 from ...errors import DeepReduceError
 from ..base import ValueCodec, ValueEncoding
 from ..registry import register
@@ -26,7 +27,11 @@ def scale_exponent(values):
 
 
 def from_half(halves, exponent, dtype):
-    """What a receiver reconstructs: the halves scaled back, in the values' dtype."""
+    """What a receiver reconstructs: the halves scaled back, in the values' dtype. For
+    float32 the scaling runs in float32: every half is exact there and ldexp rounds once,
+    as the float64 route's final cast does (the same bits)."""
+    if np.dtype(dtype) == np.float32:
+        return np.ldexp(halves.astype(np.float32), -exponent)
     return np.ldexp(halves.astype(np.float64), -exponent).astype(dtype)
 
 
@@ -40,12 +45,17 @@ class Fp16Value(ValueCodec):
         return 16
 
     def encode(self, values):
-        wide = np.asarray(values, dtype=np.float64)
-        exponent = scale_exponent(wide)
-        with np.errstate(over="ignore"):
-            halves = np.ldexp(wide, exponent).astype("<f2")
-        return ValueEncoding(bytes([exponent + 128]) + halves.tobytes(), None,
-                             from_half(halves, exponent, values.dtype))
+        if values.dtype == np.float32:  # scaling by 2**e is exact in float32 down to its
+            # subnormals, which round to zero in half precision either way: one native pass
+            exponent = scale_exponent(values)
+            halves, _ = to_half(np.ldexp(values, exponent), keep_error=False)
+        else:
+            wide = np.asarray(values, dtype=np.float64)
+            exponent = scale_exponent(wide)
+            with np.errstate(over="ignore"):
+                halves = np.ldexp(wide, exponent).astype("<f2")
+        return ValueEncoding(bytes([exponent + 128]) + halves.astype("<f2", copy=False).tobytes(),
+                             None, from_half(halves, exponent, values.dtype))
 
     def decode(self, body, count, dtype):
         if not len(body):
