@@ -66,6 +66,25 @@ def test_fp16_bound_holds_at_any_scale(scale, rng):
     assert np.isfinite(got).all()
 
 
+@pytest.mark.parametrize("scale", [1e-38, 1e-9, 1.0, 1e30, 3e38])
+def test_fp16_of_float32_rounds_as_the_float64_definition(scale, rng):
+    """float32 values are scaled and rounded in float32 by the engine (F16C) or numpy; body
+    and delivered values equal the definition's float64 route, subnormals and zeros too."""
+    from deepreduce_hvd.codecs.value.fp16 import Fp16Value, scale_exponent
+    values = (rng.standard_normal(3000) * scale).astype(np.float32)
+    values[:4] = [0.0, -0.0, 1e-44, -1e-40]
+    values[4::97] *= np.float32(2.0 ** -40)
+    encoded = Fp16Value().encode(values)
+    wide = values.astype(np.float64)
+    exponent = scale_exponent(wide)
+    halves = np.ldexp(wide, exponent).astype("<f2")
+    assert encoded.body == bytes([exponent + 128]) + halves.tobytes()
+    want = np.ldexp(halves.astype(np.float64), -exponent).astype(np.float32)
+    np.testing.assert_array_equal(encoded.delivered.view(np.uint32), want.view(np.uint32))
+    decoded = Fp16Value().decode(encoded.body, values.size, np.dtype(np.float32))
+    np.testing.assert_array_equal(decoded.view(np.uint32), want.view(np.uint32))
+
+
 def test_qsgd_is_unbiased(rng):
     values = rng.standard_normal(256).astype(np.float32)
     trials = np.stack([roundtrip({"id": "qsgd", "bits": 3, "bucket": 64, "seed": s}, values,
