@@ -77,9 +77,6 @@ MODELS = {"convnet": convnet, "cnn": cnn}
 
 
 def make_compression(args):
-    """Horovod's compression for the tape (None: --peer compute, no tape reduces)."""
-    if args.peer == "compute":
-        return None
     if args.compression == "none":
         return hvd.Compression.none
     if args.compression == "fp16":
@@ -97,7 +94,7 @@ def main():
     y_train = y_train[hvd.rank()::hvd.size()][:shard]
     model = MODELS[args.model]()
     optimizer = keras.optimizers.SGD(args.lr, momentum=MOMENTUM)
-    compression = make_compression(args)
+    compression = None if args.peer == "compute" else make_compression(args)  # None: no tape reduces
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function
