@@ -56,11 +56,13 @@ class ByteReader:
     def remaining(self):
         return len(self._view) - self._pos
 
+    def _truncated(self, n):
+        return DeepReduceError(f"{self.what} truncated: need {n} bytes at offset {self._pos}, "
+                               f"{self.remaining} left")
+
     def _take(self, n):
         if n < 0 or n > self.remaining:
-            raise DeepReduceError(
-                f"{self.what} truncated: need {n} bytes at offset {self._pos}, "
-                f"{self.remaining} left")
+            raise self._truncated(n)
         out = self._view[self._pos:self._pos + n]
         self._pos += n
         return out
@@ -68,7 +70,7 @@ class ByteReader:
     def u8(self):
         pos = self._pos
         if pos >= len(self._view):
-            self._take(1)  # raises the truncation error
+            raise self._truncated(1)
         self._pos = pos + 1
         return self._view[pos]
 
@@ -81,7 +83,7 @@ class ByteReader:
         for _ in range(_MAX_VARINT_BYTES):
             if pos >= end:
                 self._pos = pos
-                self._take(1)  # raises the truncation error
+                raise self._truncated(1)
             byte = view[pos]
             pos += 1
             value |= (byte & 0x7F) << shift
