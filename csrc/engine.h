@@ -112,10 +112,11 @@ void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* v
 
 // ---- sorted runs (merge.cpp) ----
 // The unique positions of runs[r] = positions[starts[r]:starts[r+1]] and the float32 sums
-// there, each sum 0 + the runs' values in run order. False (nothing written) when a run is
-// not strictly ascending.
-bool merge_sum(const int64_t* positions, const float* values, const int64_t* starts, size_t runs,
-               std::vector<int64_t>* out_positions, std::vector<float>* out_sums);
+// there, each sum 0 + the runs' values in run order, written to out_positions / out_sums
+// (room for every input element); returns how many. -1 (nothing written) when a run is not
+// strictly ascending.
+int64_t merge_sum(const int64_t* positions, const float* values, const int64_t* starts,
+                  size_t runs, int64_t* out_positions, float* out_sums);
 // in[i] = whether a[i] is in b. False (nothing written) unless both are strictly ascending.
 bool member_sorted(const int64_t* a, size_t na, const int64_t* b, size_t nb, uint8_t* in);
 

@@ -1,26 +1,35 @@
 // Sorted runs for the sparse allreduce: an owner sums its range's pieces (one ascending run of
 // positions per rank) in rank order, and a sender finds which of its positions survived.
+#include <cstdint>
 #include <vector>
 
 #include "engine.h"
 
 namespace dr {
 
-bool merge_sum(const int64_t* positions, const float* values, const int64_t* starts, size_t runs,
-               std::vector<int64_t>* out_positions, std::vector<float>* out_sums) {
+int64_t merge_sum(const int64_t* positions, const float* values, const int64_t* starts, size_t runs,
+                  int64_t* out_positions, float* out_sums) {
     for (size_t r = 0; r < runs; ++r) {
         if (starts[r] > starts[r + 1]) throw Error("merge_sum: run bounds decrease");
         for (int64_t i = starts[r] + 1; i < starts[r + 1]; ++i)
-            if (positions[i] <= positions[i - 1]) return false;
+            if (positions[i] <= positions[i - 1]) return -1;
     }
     // Adjacent runs merged pairwise (the left one first among equal positions) until one is
-    // left: sorted by (position, run) in log2(P) linear passes.
-    size_t n = static_cast<size_t>(starts[runs] - starts[0]);
-    std::vector<int64_t> pos(positions + starts[0], positions + starts[runs]), pos2(n);
-    std::vector<float> val(values + starts[0], values + starts[runs]), val2(n);
+    // left, ping-ponging between two scratch buffers (the first pass reads the input); then
+    // one pass writes the unique positions and their sums into the output.
+    const int64_t* pos = positions + starts[0];
+    const float* val = values + starts[0];
     std::vector<size_t> bounds, next;
     for (size_t r = 0; r <= runs; ++r) bounds.push_back(static_cast<size_t>(starts[r] - starts[0]));
+    size_t n = bounds.back();
+    std::vector<int64_t> pos_a, pos_b;
+    std::vector<float> val_a, val_b;
+    if (bounds.size() > 2) pos_a.resize(n), val_a.resize(n);
+    if (bounds.size() > 3) pos_b.resize(n), val_b.resize(n);
+    bool to_a = true;
     while (bounds.size() > 2) {
+        int64_t* pos2 = to_a ? pos_a.data() : pos_b.data();
+        float* val2 = to_a ? val_a.data() : val_b.data();
         next.assign(1, 0);
         for (size_t r = 0; r + 1 < bounds.size(); r += 2) {
             size_t i = bounds[r], mid = bounds[r + 1];
@@ -38,22 +47,20 @@ bool merge_sum(const int64_t* positions, const float* values, const int64_t* sta
             for (; j < end; ++j, ++o) pos2[o] = pos[j], val2[o] = val[j];
             next.push_back(end);
         }
-        pos.swap(pos2);
-        val.swap(val2);
+        pos = pos2, val = val2;
         bounds.swap(next);
+        to_a = !to_a;
     }
-    out_positions->resize(n);
-    out_sums->resize(n);
-    size_t u = 0;  // the last unique position's slot
+    int64_t u = -1;  // the last unique position's slot; sums start from 0
     for (size_t i = 0; i < n; ++i) {
-        bool fresh = i == 0 || pos[i] != (*out_positions)[u];
-        u += fresh && i;
-        (*out_positions)[u] = pos[i];
-        (*out_sums)[u] = (fresh ? 0.0f : (*out_sums)[u]) + val[i];
+        if (u >= 0 && out_positions[u] == pos[i]) {
+            out_sums[u] += val[i];
+        } else {
+            out_positions[++u] = pos[i];
+            out_sums[u] = 0.0f + val[i];
+        }
     }
-    out_positions->resize(n ? u + 1 : 0);
-    out_sums->resize(n ? u + 1 : 0);
-    return true;
+    return u + 1;
 }
 
 bool member_sorted(const int64_t* a, size_t na, const int64_t* b, size_t nb, uint8_t* in) {

@@ -338,29 +338,33 @@ PyObject* scatter_add(PyObject*, PyObject* args) {
 }
 
 PyObject* merge_sum(PyObject*, PyObject* args) {
-    PyObject *positions_obj, *values_obj, *starts_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &positions_obj, &values_obj, &starts_obj)) return nullptr;
-    Buffer positions, values, starts;
+    PyObject *positions_obj, *values_obj, *starts_obj, *out_positions_obj, *out_sums_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO", &positions_obj, &values_obj, &starts_obj,
+                          &out_positions_obj, &out_sums_obj))
+        return nullptr;
+    Buffer positions, values, starts, out_positions, out_sums;
     if (!positions.get(positions_obj, false, 8, "positions") ||
-        !values.get(values_obj, false, 4, "values") || !starts.get(starts_obj, false, 8, "starts"))
+        !values.get(values_obj, false, 4, "values") || !starts.get(starts_obj, false, 8, "starts") ||
+        !out_positions.get(out_positions_obj, true, 8, "out_positions") ||
+        !out_sums.get(out_sums_obj, true, 4, "out_sums"))
         return nullptr;
     size_t runs = starts.count(8) ? starts.count(8) - 1 : 0;
     const int64_t* s = starts.as<int64_t>();
     if (positions.count(8) != values.count(4) || !starts.count(8) || s[0] != 0 ||
-        s[runs] != static_cast<int64_t>(positions.count(8))) {
-        PyErr_SetString(PyExc_ValueError, "merge_sum: runs do not cover positions and values");
+        s[runs] != static_cast<int64_t>(positions.count(8)) ||
+        out_positions.count(8) < positions.count(8) || out_sums.count(4) < positions.count(8)) {
+        PyErr_SetString(PyExc_ValueError, "merge_sum: runs do not cover positions and values, "
+                        "or the outputs are too small");
         return nullptr;
     }
-    std::vector<int64_t> out_positions;
-    std::vector<float> out_sums;
-    bool ascending = false;
+    int64_t unique = -1;
     if (!run_released([&] {
-            ascending = dr::merge_sum(positions.as<int64_t>(), values.as<float>(), s, runs,
-                                      &out_positions, &out_sums);
+            unique = dr::merge_sum(positions.as<int64_t>(), values.as<float>(), s, runs,
+                                   out_positions.as<int64_t>(), out_sums.as<float>());
         }))
         return nullptr;
-    if (!ascending) Py_RETURN_NONE;
-    return Py_BuildValue("(NN)", to_bytearray(out_positions), to_bytearray(out_sums));
+    if (unique < 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(unique);
 }
 
 PyObject* member_sorted(PyObject*, PyObject* args) {
@@ -525,7 +529,7 @@ PyMethodDef methods[] = {
     {"scatter_add", scatter_add, METH_VARARGS,
      "scatter_add(f32 dst, i64 positions, f32 values, scale): dst[p] += v * scale"},
     {"merge_sum", merge_sum, METH_VARARGS,
-     "merge_sum(i64 positions, f32 values, i64 run starts) -> (i64 unique, f32 sums) or None"},
+     "merge_sum(i64 positions, f32 values, i64 run starts, i64 out, f32 out) -> count or None"},
     {"member_sorted", member_sorted, METH_VARARGS,
      "member_sorted(i64 a, i64 b) -> u8 a[i] in b, or None unless both ascend"},
     {"have_f16c", have_f16c, METH_NOARGS, "have_f16c() -> whether to_half works here"},

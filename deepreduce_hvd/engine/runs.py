@@ -16,9 +16,10 @@ def merge_sum(pieces):
     values = np.concatenate([np.asarray(v, np.float32) for v, _ in pieces])
     if native.engine is not None:
         starts = np.cumsum([0] + [p.size for _, p in pieces], dtype=np.int64)
-        merged = native.engine.merge_sum(positions, values, starts)
-        if merged is not None:
-            return np.frombuffer(merged[0], np.int64), np.frombuffer(merged[1], np.float32)
+        union, sums = np.empty_like(positions), np.empty_like(values)
+        unique = native.engine.merge_sum(positions, values, starts, union, sums)
+        if unique is not None:
+            return union[:unique], sums[:unique]
     order = np.argsort(positions, kind="stable")  # equal positions stay in piece order
     positions, values = positions[order], values[order]
     starts = np.flatnonzero(np.concatenate([[True], positions[1:] != positions[:-1]]))

@@ -101,8 +101,8 @@ def parse(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None, expect_
     reader, out = ByteReader(body), Parsed()
     out.dtype = dtype_from_code(reader.u8())
     if expect_dtype is not None:
-        expected = expect_dtype if isinstance(expect_dtype, str) else np.dtype(expect_dtype).name
-        if out.dtype.name != expected:
+        if out.dtype != expect_dtype:  # (not by .name: numpy builds that in Python)
+            expected = expect_dtype if isinstance(expect_dtype, str) else np.dtype(expect_dtype).name
             raise DeepReduceError(f"payload holds {out.dtype.name} values, expected {expected}")
     out.layout = reader.u8()
     if out.layout not in arrangement.LAYOUTS:
