@@ -5,7 +5,7 @@ import pytest
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.codecs.sparse_codec import SparseCodec
-from deepreduce_hvd.comm.sparse_allreduce import HEAD, Exchange, Ranges, even_bounds
+from deepreduce_hvd.comm.sparse_allreduce import HEAD, Exchange, Ranges, even_bounds, largest
 from deepreduce_hvd.engine import native
 from deepreduce_hvd.engine.runs import member, merge_sum
 from horovod_run import discover, explain, run_checks
@@ -88,6 +88,23 @@ def test_owner_sums_in_rank_order_and_senders_find_survivors(engine, monkeypatch
         among = rng.choice(size, int(rng.integers(0, size + 1)), replace=False)
         among = np.sort(among) if trial % 2 else among
         np.testing.assert_array_equal(member(union, among), np.isin(union, among))
+
+
+def test_owner_keeps_exactly_the_largest_magnitudes_ties_by_lowest_position():
+    """largest: `count` chosen; every chosen magnitude >= every other; among elements equal
+    to the cut, the lowest positions (ties are common: fp16-rounded sums)."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        size = int(rng.integers(2, 400))
+        values = rng.choice(np.float32([-3, -1, -0.5, 0.5, 1, 2, 3]), size) * \
+            np.where(rng.random(size) < 0.5, 1, rng.random(size)).astype(np.float32)
+        count = int(rng.integers(1, size))
+        chosen = largest(values, count)
+        magnitude = np.abs(values)
+        assert chosen.sum() == count
+        assert magnitude[chosen].min() >= magnitude[~chosen].max()
+        tied = np.flatnonzero(magnitude == magnitude[chosen].min())
+        assert (chosen[tied] == (np.arange(tied.size) < chosen[tied].sum())).all()
 
 
 def test_ranges_follow_the_selected_elements():

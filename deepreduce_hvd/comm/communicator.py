@@ -382,14 +382,15 @@ class Communicator:
         return adapter.inverse_size(process_set), flight
 
     def _reduce_all(self):
-        """Every sparse allreduce in flight: the owners reduce the pieces they received and
-        start the allgathers of their survivors (all started before decompress waits for any)."""
+        """Every sparse allreduce in flight: the owners reduce the pieces they received, then
+        the allgathers of their survivors start together (one negotiation, which Horovod may
+        fuse), all before decompress waits for any."""
         adapter, batch, self._reducing = self.adapter, self._reducing, []
-        for f in batch:
-            received = adapter.wait(f.handle)[0]
-            reduced = adapter.host_call(f.exchange.reduce, [received], "uint8")
+        reduced = [adapter.host_call(f.exchange.reduce, [adapter.wait(f.handle)[0]], "uint8")
+                   for f in batch]
+        for f, survivors in zip(batch, reduced):
             f.handle = adapter.allgather(
-                reduced, f"DeepReduce.reduced.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
+                survivors, f"DeepReduce.reduced.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
 
     def _gather(self, reduced, flight):
         """Every owner's survivors decoded, scaled by the reduced placeholder, into the

@@ -155,10 +155,12 @@ class Exchange:
 
     def _own_piece(self, lo, hi):
         """(values, positions in the range) of this rank's own piece of [lo, hi), as its
-        payload decodes (the encoder's Encoded values): not decoded again."""
+        payload decodes (the encoder's Encoded values): not decoded again. The pieces were
+        sent in range order, so the range's positions are one block of `sent` (in any order
+        within it): counting those below lo and below hi finds it."""
         positions, values = self.sent
-        mine = (positions >= lo) & (positions < hi)
-        return values[mine], positions[mine] - lo
+        first, end = np.count_nonzero(positions < lo), np.count_nonzero(positions < hi)
+        return values[first:end], positions[first:end] - lo
 
     def _decoded(self, frames_, own, shapes):
         """(values, positions) of each frame's payload in rank order, this rank's own from
@@ -176,8 +178,8 @@ class Exchange:
         ascending); notes what the payload will not deliver for _settle."""
         nonzero = sums != 0
         keep, kept = union[nonzero], sums[nonzero]
-        if keep.size > self.keep:  # the keep largest magnitudes of the sum
-            chosen = np.sort(np.argpartition(-np.abs(kept), self.keep - 1)[:self.keep])
+        if keep.size > self.keep:
+            chosen = largest(kept, self.keep)
             keep, kept = keep[chosen], kept[chosen]
         dense = None
         if any(codec is not None and codec.reads_dense for codec in self.codecs):
@@ -187,8 +189,11 @@ class Exchange:
                                              *self.codecs, dense)
         if encoded is not None:  # the sum where the payload lands, less what it delivers
             self.survivors = encoded
-            at = np.minimum(np.searchsorted(union, encoded.positions), max(union.size - 1, 0))
-            there = np.where(union[at] == encoded.positions, sums[at], 0) if union.size else 0
+            if np.array_equal(encoded.positions, keep):  # exact index codecs: where it was kept
+                there = kept
+            else:
+                at = np.minimum(np.searchsorted(union, encoded.positions), max(union.size - 1, 0))
+                there = np.where(union[at] == encoded.positions, sums[at], 0) if union.size else 0
             self.owner_feedback = (encoded.positions,
                                    there - np.asarray(encoded.values, np.float32))
         return frame
@@ -258,6 +263,18 @@ class Exchange:
         if self.owner_feedback is not None:
             lo = int(self.bounds[self.own])
             scatter_add(flat[lo:int(self.bounds[self.own + 1])], *self.owner_feedback)
+
+
+def largest(values: np.ndarray, count: int) -> np.ndarray:
+    """A mask of the `count` largest magnitudes among `values` (0 < count < values.size):
+    all above the count-th largest, then the first of those equal to it. A mask keeps the
+    positions' ascending order, where indices from argpartition would need a sort."""
+    magnitude = np.abs(values)
+    cut = np.partition(magnitude, magnitude.size - count)[magnitude.size - count]
+    chosen = magnitude > cut
+    ties = np.flatnonzero(magnitude == cut)[:count - np.count_nonzero(chosen)]
+    chosen[ties] = True
+    return chosen
 
 
 def keep_count(selected: int, ranks: int) -> int:
