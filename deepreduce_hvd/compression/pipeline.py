@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..codecs.sparse_codec import Buffer, CodecSpec, SparseCodec, decode_unordered
+from ..codecs.sparse_codec import Buffer, CodecSpec, SparseCodec, ascending, decode_unordered
 from ..engine import native
 from ..engine.halves import to_half
 from ..engine.norms import l2_norm
@@ -393,8 +393,9 @@ class Pipeline:
         pieces, positions, values = [], [], []
         if picked is not None:
             chosen, indices, _, compensated = picked
-            order = np.argsort(indices, kind="stable")
-            chosen, indices = chosen[order], indices[order]
+            if not ascending(indices):  # top-k and threshold select in ascending order
+                order = np.argsort(indices, kind="stable")
+                chosen, indices = chosen[order], indices[order]
             cuts = np.searchsorted(indices, bounds)
         for j, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
             if picked is None:
