@@ -5,7 +5,8 @@ import pytest
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.codecs.sparse_codec import SparseCodec
-from deepreduce_hvd.comm.sparse_allreduce import HEAD, Exchange, Ranges, even_bounds, largest
+from deepreduce_hvd.comm.sparse_allreduce import HEAD, Exchange, Ranges, even_bounds
+from deepreduce_hvd.compression.sparsify import exact_topk
 from deepreduce_hvd.engine import native
 from deepreduce_hvd.engine.runs import member, merge_sum
 from horovod_run import discover, explain, run_checks
@@ -91,16 +92,20 @@ def test_owner_sums_in_rank_order_and_senders_find_survivors(engine, monkeypatch
 
 
 def test_owner_keeps_exactly_the_largest_magnitudes_ties_by_lowest_position():
-    """largest: `count` chosen; every chosen magnitude >= every other; among elements equal
-    to the cut, the lowest positions (ties are common: fp16-rounded sums)."""
+    """exact_topk (the owner's selection of its sums): `count` chosen, ascending; every
+    chosen magnitude >= every other; among elements equal to the cut, the lowest positions
+    (ties are common: fp16-rounded sums)."""
     rng = np.random.default_rng(5)
     for _ in range(200):
         size = int(rng.integers(2, 400))
         values = rng.choice(np.float32([-3, -1, -0.5, 0.5, 1, 2, 3]), size) * \
             np.where(rng.random(size) < 0.5, 1, rng.random(size)).astype(np.float32)
         count = int(rng.integers(1, size))
-        chosen = largest(values, count)
         magnitude = np.abs(values)
+        picked = exact_topk(magnitude, count)
+        assert (np.diff(picked) > 0).all()
+        chosen = np.zeros(size, bool)
+        chosen[picked] = True
         assert chosen.sum() == count
         assert magnitude[chosen].min() >= magnitude[~chosen].max()
         tied = np.flatnonzero(magnitude == magnitude[chosen].min())

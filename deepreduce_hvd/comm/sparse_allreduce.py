@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from ..compression.pipeline import Pipeline, decode_all
+from ..compression.sparsify import exact_topk
 from ..engine.runs import member, merge_sum
 from ..engine.scatter import scatter_add
 from ..errors import DeepReduceError
@@ -178,8 +179,8 @@ class Exchange:
         ascending); notes what the payload will not deliver for _settle."""
         nonzero = sums != 0
         keep, kept = union[nonzero], sums[nonzero]
-        if keep.size > self.keep:
-            chosen = largest(kept, self.keep)
+        if keep.size > self.keep:  # the keep largest magnitudes of the sum, ties: lowest first
+            chosen = exact_topk(np.abs(kept), self.keep)
             keep, kept = keep[chosen], kept[chosen]
         dense = None
         if any(codec is not None and codec.reads_dense for codec in self.codecs):
@@ -263,18 +264,6 @@ class Exchange:
         if self.owner_feedback is not None:
             lo = int(self.bounds[self.own])
             scatter_add(flat[lo:int(self.bounds[self.own + 1])], *self.owner_feedback)
-
-
-def largest(values: np.ndarray, count: int) -> np.ndarray:
-    """A mask of the `count` largest magnitudes among `values` (0 < count < values.size):
-    all above the count-th largest, then the first of those equal to it. A mask keeps the
-    positions' ascending order, where indices from argpartition would need a sort."""
-    magnitude = np.abs(values)
-    cut = np.partition(magnitude, magnitude.size - count)[magnitude.size - count]
-    chosen = magnitude > cut
-    ties = np.flatnonzero(magnitude == cut)[:count - np.count_nonzero(chosen)]
-    chosen[ties] = True
-    return chosen
 
 
 def keep_count(selected: int, ranks: int) -> int:

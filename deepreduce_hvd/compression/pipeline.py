@@ -83,13 +83,12 @@ def decode_all(payloads, shape, dtype_name):
     payloads = list(payloads)
     shapes = shape if isinstance(shape, list) else [shape] * len(payloads)
     decode = lambda p, s: decode_unordered(p, max(math.prod(s), 1), s, dtype_name)[:2]  # noqa: E731
-    if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES * len(payloads):
-        return map(decode, payloads, shapes)
-    cores = native.cores_per_rank()  # read only here: it costs more than a small decode
-    if cores < 2:
+    if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES * len(payloads) \
+            or native.cores_per_rank() < 2:  # read last: it costs more than a small decode
         return map(decode, payloads, shapes)
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(4, cores), thread_name_prefix="deepreduce")
+        _POOL = ThreadPoolExecutor(max_workers=min(4, native.cores_per_rank()),
+                                   thread_name_prefix="deepreduce")
     return _POOL.map(decode, payloads, shapes)
 
 

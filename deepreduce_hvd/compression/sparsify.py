@@ -41,9 +41,9 @@ def exact_topk(magnitude, k, candidates=None):
     if k == 0:
         return np.zeros(0, dtype=np.int64)
     kth = np.partition(mags, mags.size - k)[mags.size - k]
-    above = np.flatnonzero(mags > kth)
-    ties = np.flatnonzero(mags == kth)[:k - above.size]
-    chosen = np.sort(np.concatenate((above, ties)))
+    chosen = mags > kth  # a mask keeps the order: no sort of the chosen positions
+    chosen[np.flatnonzero(mags == kth)[:k - np.count_nonzero(chosen)]] = True
+    chosen = np.flatnonzero(chosen)
     return (chosen if candidates is None else candidates[chosen]).astype(np.int64)
 
 
