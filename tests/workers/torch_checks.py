@@ -279,23 +279,24 @@ def check_step_guard():
     """The step guard compares the plan with the sparse arm and Horovod's allreduce of every
     tensor (fp16, fp32) once the planner settled: in each arm's steps every tensor takes that
     arm's route, the comparison and its winner are the same on every rank, and the winner
-    then runs. At a stated 1 Mbit/s a dense arm's wire alone outlasts the plan's step: the
-    dense arms are not run; at 10 Gbit/s they are."""
+    then runs. At a stated 100 kbit/s a dense arm's wire alone (seconds) outlasts the plan's
+    step, even a step slowed by the other ranks on shared cores: the dense arms are not run;
+    at 10 Gbit/s they are."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
-    compression, steps = time_aware_steps(model, "1mbit", 34, lambda stats: (
+    compression, steps = time_aware_steps(model, "100kbit", 34, lambda stats: (
         stats["tensors_compressed"], stats["guard"]["global"]), lowrank=0)
     guard = steps[-1][1]
     start = compression.comm.sets["global"].policy.planner.settled_after + 1
     planned, sparse = steps[start - 1:start + 2], steps[start + 2:start + 5]
-    assert all(compressed > 0 for compressed, _ in planned), steps  # the 1 Mbit/s plan: sparse
+    assert all(compressed > 0 for compressed, _ in planned), steps  # the 100 kbit/s plan: sparse
     assert all(compressed == 2 for compressed, _ in sparse), steps  # both weights (>= min_size)
     assert set(guard["compared_ms"]) == {"planned", "sparse"}, guard
     moved = 2 * (hvd.size() - 1) / hvd.size() * sum(p.numel() for p in model.parameters())
-    floors = guard["skipped_ms"]  # ms: elements moved * bytes each * 8 bits / 1 Mbit/s
+    floors = guard["skipped_ms"]  # ms: elements moved * bytes each * 8 bits / 100 kbit/s
     assert set(floors) == {"allreduce", "allreduce_fp16"}, guard
     assert np.allclose([floors["allreduce"], floors["allreduce_fp16"]],
-                       [1e3 * moved * 4 * 8 / 1e6, 1e3 * moved * 2 * 8 / 1e6], rtol=1e-3), guard
+                       [1e3 * moved * 4 * 8 / 1e5, 1e3 * moved * 2 * 8 / 1e5], rtol=1e-3), guard
     after = steps[start + 5:]
     assert all((compressed > 0) == (guard["winner"] in ("planned", "sparse"))
                for compressed, _ in after), (guard, steps)
