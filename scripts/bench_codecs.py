@@ -248,7 +248,7 @@ def sparse_allreduce_decode(pipeline_args, sources, ranks, repeats):
     out = np.zeros(sources[0].size, np.float32)
     best = float("inf")
     for _ in range(repeats + 1):  # the first step rebalances the ranges
-        bounds = ranges[0].bounds("g", out.size, ranks)
+        bounds = ranges[0].bounds("g", out.size, ranks, pipelines[0].selection_count(out.size, "g"))
         exchanges = [Exchange(p, "g", "float32") for p in pipelines]
         sent = [e.scatter(sources[r % len(sources)] * (1 + 0.01 * r), bounds.copy(), r, codec, None)
                 for r, e in enumerate(exchanges)]

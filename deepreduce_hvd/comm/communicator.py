@@ -372,7 +372,8 @@ class Communicator:
 
         def scatter(dense):  # the ranges and the set's size as they are when the step runs
             ranks = adapter.set_ranks(process_set)
-            bounds = state.ranges.bounds(flight.key, dense.size, len(ranks))
+            bounds = state.ranges.bounds(flight.key, dense.size, len(ranks),
+                                         state.pipeline.selection_count(dense.size, flight.name))
             return exchange.scatter(dense, bounds, ranks.index(adapter.rank()), *choose(dense.size))
         pieces = adapter.host_call(scatter, [flight.tensor], "uint8")
         splits = adapter.host_call(lambda _: exchange.splits, [pieces], "int32")

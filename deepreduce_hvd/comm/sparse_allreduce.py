@@ -1,27 +1,31 @@
 """The sparse allreduce route (the shape of Ok-Topk: Li and Hoefler, PPoPP 2022): bytes and
 decoding per rank stay O(k) as ranks grow, where an allgather's grow with P.
 
-The flattened index space is split into P ranges, one owned by each rank of the set and
-balanced on where the selected elements fell. Each rank encodes its selection's part in each
-range as a payload of its own (the index and value codecs apply to every piece) and one
-alltoall takes every piece to its range's owner. An owner decodes and sums the P pieces of
-its range, selects again (the ceil(k/P) largest of the sum), encodes the survivors, and
-every rank allgathers the owners' payloads: about k values in all, whatever P.
+The flattened index space is split into ranges, one owned by each of m ranks of the set
+(m = P unless the tensor selects too few elements to be worth splitting: a range's fixed
+costs are a payload to parse from every rank and one to decode on every rank) and balanced
+on where the selected elements fell. Each rank encodes its selection's part in each range
+as a payload of its own (the index and value codecs apply to every piece) and one alltoall
+takes every piece to its range's owner. An owner decodes and sums the P pieces of its
+range, selects again (the ceil(k/m) largest of the sum), encodes the survivors, and every
+rank allgathers the owners' payloads: about k values in all, whatever P.
 
 Error feedback stays exact: a sender adds back into its residual every value it sent that
 did not survive, and an owner the difference between the sum and what its payload delivers
 (lossy value codecs). So on every rank's books sent + residual = gradients, and over the set
 the delivered total plus every residual equals the sum of the gradients.
 
-Each owner's payload is preceded by how many elements it received, and how many bytes it
-sent in the alltoall and how long it took to encode them: from the first every rank re-splits
-the ranges identically (`Ranges.rebalance`), the others are the planner's costs of the route.
+Each owner's payload is preceded by how many elements it received, how many bytes it sent in
+the alltoall and how long it took to encode them, and whether a frame follows (ranks that own
+no range send none): from the first every rank re-splits the ranges identically
+(`Ranges.rebalance`), the next two are the planner's costs of the route.
 """
 from __future__ import annotations
 
 import math
 import struct
 import time
+import zlib
 
 import numpy as np
 
@@ -34,14 +38,27 @@ from ..wire import frames
 from ..wire.payload import byte_view
 from .planner import Measured
 
-HEAD = struct.Struct("<QQI")  # before an owner's frame: elements it received, bytes it sent
-_MAX_US = 2**32 - 1            # in the alltoall, microseconds it took to encode its pieces
+HEAD = struct.Struct("<IIIB")  # before an owner's frame: elements it received, bytes it sent
+_MAX_U32 = 2**32 - 1            # in the alltoall, microseconds it took to encode its pieces
+                                # (each at most _MAX_U32), whether a frame follows
 REBALANCE = 1.25  # re-split the ranges when the busiest carries this much more than the mean
+MIN_OWNED = 1024  # selected elements a step per range at least, where there are enough
 
 
-def even_bounds(size: int, ranks: int) -> np.ndarray:
-    """P+1 boundaries splitting range(size) into P nearly equal ranges."""
-    return np.array([size * j // ranks for j in range(ranks + 1)], dtype=np.int64)
+def owner_count(selected: int, ranks: int) -> int:
+    """How many ranks own a range of a tensor whose step selects `selected` elements: one per
+    MIN_OWNED of them, at least 1, at most P."""
+    return max(1, min(ranks, selected // MIN_OWNED))
+
+
+def even_bounds(size: int, ranks: int, owners: int = None, first: int = 0) -> np.ndarray:
+    """P+1 boundaries splitting range(size) into `owners` (default P) nearly equal ranges,
+    owned by ranks first, first + 1, ... (mod P); the other ranks' ranges are empty."""
+    owners = ranks if owners is None else owners
+    lengths = np.zeros(ranks, dtype=np.int64)
+    lengths[np.sort((first + np.arange(owners)) % ranks)] = np.diff(
+        [size * j // owners for j in range(owners + 1)])
+    return np.concatenate([[0], np.cumsum(lengths)])
 
 
 class Ranges:
@@ -51,26 +68,37 @@ class Ranges:
     def __init__(self) -> None:
         self._bounds = {}
 
-    def bounds(self, key: str, size: int, ranks: int) -> np.ndarray:
+    def bounds(self, key: str, size: int, ranks: int, selected: int) -> np.ndarray:
+        """The ranges of tensor `key` (P+1 boundaries) for a step selecting `selected`
+        elements: split anew (evenly; the first owner by the key's crc32, so that the
+        small tensors' owners spread over the ranks) when the world size or the owner
+        count changed."""
+        owners = owner_count(selected, ranks)
         bounds = self._bounds.get(key)
-        if bounds is None or len(bounds) != ranks + 1 or bounds[-1] != size:
-            bounds = self._bounds[key] = even_bounds(size, ranks)
+        if bounds is None or len(bounds) != ranks + 1 or bounds[-1] != size or \
+                np.count_nonzero(np.diff(bounds)) != min(owners, size):
+            bounds = self._bounds[key] = even_bounds(size, ranks, owners,
+                                                     zlib.crc32(key.encode()) % ranks)
         return bounds
 
     def rebalance(self, key: str, bounds: np.ndarray, loads: np.ndarray) -> None:
         """Re-split where the loads (elements each range's owner received) are uneven: the new
-        boundaries cut the load, spread evenly within each old range, into P equal parts;
-        every range keeps at least one element."""
-        loads = np.asarray(loads, dtype=np.float64)
-        total, ranks, size = loads.sum(), len(loads), int(bounds[-1])
-        if total <= 0 or loads.max() <= REBALANCE * total / ranks or size < ranks:
+        boundaries cut the load, spread evenly within each old range, into equal parts among
+        the same owners; every owner's range keeps at least one element."""
+        owning = np.flatnonzero(np.diff(bounds))
+        loads = np.asarray(loads, dtype=np.float64)[owning]
+        total, owners, size = loads.sum(), len(owning), int(bounds[-1])
+        if total <= 0 or loads.max() <= REBALANCE * total / owners:
             return
         cumulative = np.concatenate([[0.0], np.cumsum(loads)])
-        cuts = np.interp(total * np.arange(1, ranks) / ranks, cumulative, bounds.astype(np.float64))
-        inner = np.round(cuts).astype(np.int64)
-        for j in range(ranks - 1):  # every range keeps at least one element
-            inner[j] = min(max(inner[j], (inner[j - 1] if j else 0) + 1), size - (ranks - 1 - j))
-        self._bounds[key] = np.concatenate([[0], inner, [size]]).astype(np.int64)
+        edges = np.append(bounds[owning], size).astype(np.float64)
+        inner = np.round(np.interp(total * np.arange(1, owners) / owners, cumulative, edges))
+        inner = inner.astype(np.int64)
+        for j in range(owners - 1):  # every range keeps at least one element
+            inner[j] = min(max(inner[j], (inner[j - 1] if j else 0) + 1), size - (owners - 1 - j))
+        lengths = np.zeros(len(bounds) - 1, dtype=np.int64)
+        lengths[owning] = np.diff(np.concatenate([[0], inner, [size]]))
+        self._bounds[key] = np.concatenate([[0], np.cumsum(lengths)])
 
     def state_dict(self) -> dict:
         return {key: [int(b) for b in bounds] for key, bounds in self._bounds.items()}
@@ -101,7 +129,8 @@ class Exchange:
         in rank order (their sizes in `self.splits`)."""
         start = time.perf_counter()
         self.bounds, self.own, self.ranks, self.codecs = bounds, own, len(bounds) - 1, (codec, fallback)
-        self.keep = keep_count(self.pipeline.selection_count(dense.size, self.name), self.ranks)
+        self.keep = keep_count(self.pipeline.selection_count(dense.size, self.name),
+                               max(1, np.count_nonzero(np.diff(bounds))))
         pieces, positions, values = self.pipeline.compress_pieces(
             self.name, dense, bounds, own, codec, fallback)
         self.sent = positions, values
@@ -121,7 +150,12 @@ class Exchange:
         lo, hi, fingerprint = self._range(self.own)
         self.survivors = self.owner_feedback = None
         try:
-            frame, load, decoded = self._reduced(received, lo, hi, fingerprint)
+            if lo == hi and not len(received):  # this rank owns no range of this tensor
+                frame, load, decoded = b"", 0, None
+            elif lo == hi:
+                raise DeepReduceError(f"{len(received)} bytes arrived for an empty range")
+            else:
+                frame, load, decoded = self._reduced(received, lo, hi, fingerprint)
         except DeepReduceError as exc:
             frame, load, decoded = frames.write(fingerprint, frames.ERROR, (
                 f"the pieces of range {lo}:{hi} of this tensor: {exc}").encode()), 0, None
@@ -131,8 +165,8 @@ class Exchange:
         encode_s = done - (decoded or done)  # the survivors' selection and encoding
         self.pipeline.stats.encode_s += encode_s
         self.encode_s += encode_s
-        encode_us = min(_MAX_US, int(round(self.encode_s * 1e6)))
-        return np.frombuffer(HEAD.pack(load, self.sent_bytes, encode_us) + frame, np.uint8)
+        head = (min(_MAX_U32, n) for n in (load, self.sent_bytes, int(round(self.encode_s * 1e6))))
+        return np.frombuffer(HEAD.pack(*head, bool(frame)) + frame, np.uint8)
 
     def _reduced(self, received, lo, hi, fingerprint):
         """(the owner's frame, elements received, when decoding ended or None)."""
@@ -148,7 +182,7 @@ class Exchange:
         if any(p.kind == frames.NONFINITE for p in pieces):
             frame, _ = self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)
             return frame, 0, None
-        parts = self._decoded(pieces, self._own_piece(lo, hi), (hi - lo,))
+        parts = self._decoded(dict(enumerate(pieces)), self._own_piece(lo, hi), (hi - lo,))
         union, sums = merge_sum(parts)
         decoded = time.perf_counter()
         load = sum(positions.size for _, positions in parts)
@@ -163,16 +197,17 @@ class Exchange:
         first, end = np.count_nonzero(positions < lo), np.count_nonzero(positions < hi)
         return values[first:end], positions[first:end] - lo
 
-    def _decoded(self, frames_, own, shapes):
-        """(values, positions) of each frame's payload in rank order, this rank's own from
-        `own` (None: decoded like the others). shapes: one, or a list (one per frame)."""
-        shapes = shapes if isinstance(shapes, list) else [shapes] * len(frames_)
-        others = [j for j in range(len(frames_)) if own is None or j != self.own]
-        parts = dict(zip(others, decode_all([frames_[j].payload for j in others],
-                                            [shapes[j] for j in others], self.dtype_name)))
-        if own is not None:
+    def _decoded(self, frames_, own, shape=None):
+        """(values, positions) of each frame's payload ({rank: frame} -> a list in rank order),
+        this rank's own from `own` (None: decoded like the others). Every frame of `shape`,
+        or (None) frame j of range j's."""
+        others = [j for j in frames_ if own is None or j != self.own]
+        shapes = [shape or (int(self.bounds[j + 1] - self.bounds[j]),) for j in others]
+        parts = dict(zip(others, decode_all([frames_[j].payload for j in others], shapes,
+                                            self.dtype_name)))
+        if own is not None and self.own in frames_:
             parts[self.own] = own
-        return [parts[j] for j in range(len(frames_))]
+        return [parts[j] for j in sorted(frames_)]
 
     def _select_and_encode(self, union, sums, size):
         """The owner's frame of the `keep` largest of the range's sum (at positions `union`,
@@ -205,35 +240,38 @@ class Exchange:
         rebalanced. -> (total, what the step cost: planner.Measured)."""
         start, decoded = time.perf_counter(), None
         size = int(self.bounds[-1])
-        view, at, heads = byte_view(gathered), 0, []
+        view, at, heads, framed, own_bytes = byte_view(gathered), 0, [], {}, 0
         for j in range(self.ranks):
             if len(view) - at < HEAD.size:
                 raise DeepReduceError(f"rank {j}'s reduced range is truncated")
-            load, sent, encode_us = HEAD.unpack_from(view, at)
-            lo, hi, fingerprint = self._range(j)
-            frame, at = frames.read_one(view, at + HEAD.size, j, fingerprint, f"range {lo}:{hi}")
-            heads.append((min(load, size * self.ranks), sent, encode_us / 1e6, frame))
+            load, sent, encode_us, has_frame = HEAD.unpack_from(view, at)
+            heads.append((min(load, size * self.ranks), sent, encode_us / 1e6))
+            start_j, at = at, at + HEAD.size
+            if has_frame:
+                lo, hi, fingerprint = self._range(j)
+                framed[j], at = frames.read_one(view, at, j, fingerprint, f"range {lo}:{hi}")
+            own_bytes = at - start_j if j == self.own else own_bytes
         if at != len(view):
             raise DeepReduceError(f"{len(view) - at} bytes left after {self.ranks} reduced ranges")
-        self.pipeline.stats.bytes_received += at - (HEAD.size + frames.HEADER +
-                                                    len(heads[self.own][-1].payload))
-        for *_, frame in heads:
+        self.pipeline.stats.bytes_received += at - own_bytes
+        for frame in framed.values():
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(bytes(frame.payload).decode(errors="replace"))
+        if sorted(framed) != list(np.flatnonzero(np.diff(self.bounds))):
+            raise DeepReduceError("the owners' reduced ranges are not this rank's ranges "
+                                  f"(frames from ranks {sorted(framed)})")
         if out is None:
             total = np.zeros(size, dtype=np.float32)
         else:
             total = out.reshape(-1)
             total.fill(0.0)
         delivered = None
-        if any(frame.kind == frames.NONFINITE for *_, frame in heads):
+        if any(frame.kind == frames.NONFINITE for frame in framed.values()):
             total[:] = np.nan
         else:
-            delivered = []
-            shapes = [(int(hi - lo),) for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
+            delivered = [np.zeros(0, np.int64)]
             own = self.survivors and (self.survivors.values, self.survivors.positions)
-            for j, (values, positions) in enumerate(self._decoded(
-                    [frame for *_, frame in heads], own, shapes)):
+            for j, (values, positions) in zip(sorted(framed), self._decoded(framed, own)):
                 lo = int(self.bounds[j])
                 scatter_add(total[lo:int(self.bounds[j + 1])], positions, values, scale)
                 delivered.append(positions + lo)
@@ -245,7 +283,7 @@ class Exchange:
                               time.perf_counter() - decoded if decoded else 0.0, delivered)
         return total, Measured(max(head[2] for head in heads),
                                float(np.mean([head[1] for head in heads])),
-                               max(head[-1].decode_s for head in heads))
+                               max((frame.decode_s for frame in framed.values()), default=0.0))
 
     def _settle(self, delivered_positions):
         """Error feedback of what the owners dropped: each sender takes back its values that

@@ -381,9 +381,9 @@ class Pipeline:
                         own: int, codec: Optional[SparseCodec] = None,
                         fallback: Optional[SparseCodec] = None):
         """The sender's side of the sparse allreduce (comm/sparse_allreduce.py): one frame per
-        range [bounds[j], bounds[j+1]) of the flattened gradient, holding this rank's
-        selection in that range at positions relative to its start (each piece encoded on its
-        own). Error feedback as in compress; `own` is this rank's range (its piece stays
+        range [bounds[j], bounds[j+1]) of the flattened gradient (b"" where it is empty),
+        holding this rank's selection in that range at positions relative to its start (each
+        piece encoded on its own). Error feedback as in compress; `own` is this rank's range (its piece stays
         here: not counted as sent). -> (frames, positions, values): what the receivers will
         reconstruct, flat positions of the whole tensor."""
         start = time.perf_counter()
@@ -397,6 +397,9 @@ class Pipeline:
                 chosen, indices = chosen[order], indices[order]
             cuts = np.searchsorted(indices, bounds)
         for j, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if lo == hi:  # a rank without a range of this tensor: no piece
+                pieces.append(b"")
+                continue
             if picked is None:
                 frame, encoded = self.frame(None, None, (hi - lo,), dense.dtype, name)
             else:

@@ -6,7 +6,7 @@ import numpy as np
 
 import deepreduce_hvd as dr
 import harness
-from deepreduce_hvd.comm import planner
+from deepreduce_hvd.comm import planner, sparse_allreduce
 from deepreduce_hvd.comm.sparse_allreduce import Exchange
 from shims import shim_for
 
@@ -16,6 +16,8 @@ hvd = shim.hvd
 harness.bind(hvd)
 rank, size = hvd.rank(), hvd.size()
 SIZE = 20000
+SMALL = sparse_allreduce.MIN_OWNED
+sparse_allreduce.MIN_OWNED = 16  # every rank owns a range of these 20,000-element tensors
 
 
 def gradients(seed, steps, size=SIZE):
@@ -57,6 +59,36 @@ def check_receives_a_fraction_of_the_allgathers_bytes():
         stats[collective] = compression.stats()
     ratio = stats["sparse_allreduce"]["bytes_received"] / stats["allgather"]["bytes_received"]
     assert ratio <= 0.6, (ratio, stats)
+
+
+def check_small_tensors_have_one_owner_each_and_conserve_the_sum():
+    """Tensors selecting fewer than MIN_OWNED elements (the default): one rank reduces each,
+    the owners spread over the ranks. Every rank receives the same totals, the totals plus
+    every rank's residual equal the sum of the gradients, and the set of ranks receives at
+    most 0.6x the allgather's bytes in all (an owner alone receives as much as there)."""
+    sparse_allreduce.MIN_OWNED = SMALL
+    try:
+        received = {}
+        for collective in ("allgather", "sparse_allreduce"):
+            compression = shim.DeepReduce(ratio=0.01, index="golomb", value="fp16",
+                                          objective="bytes", collective=collective)
+            for t in range(6):
+                total, sent = np.zeros(2048), np.zeros(2048, np.float32)
+                for grad in gradients(10 + t, 6, size=2048):
+                    sent += grad
+                    total += shim.allreduce(grad, f"small.{t}", compression, op_sum=True)
+                harness.same_within(total.astype(np.float32), "received")
+                left = np.array(compression.pipeline.memory.residual(f"small.{t}"), np.float32)
+                np.testing.assert_allclose(
+                    total + shim.allreduce(left, f"left.{t}.{collective}", None, op_sum=True),
+                    shim.allreduce(sent, f"sent.{t}.{collective}", None, op_sum=True),
+                    rtol=1e-4, atol=2e-3)
+            received[collective] = shim.allreduce(
+                np.float32([compression.stats()["bytes_received"]]), f"bytes.{collective}", None,
+                op_sum=True)[0]
+    finally:
+        sparse_allreduce.MIN_OWNED = 16
+    assert received["sparse_allreduce"] <= 0.6 * received["allgather"], received
 
 
 def check_nonfinite_gradient_on_one_rank_gives_nan_everywhere():
