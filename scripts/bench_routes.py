@@ -7,14 +7,19 @@ compute-only step of the same job.
     python scripts/bench_routes.py [--ranks 2 4 8] [--seeds 0] [--epochs 8]   (as root)
     python scripts/bench_routes.py --report      (redraw docs/routes.md from docs/routes.json)
 
-Per rank per step (rank 0's, whole run): the payload bytes it received and its decode time
-(DeepReduce's stats), the step time and its ratio to the compute-only step, the best test
-accuracy, and whether every rank ended with identical parameters.
+Per rank per step (the mean over ranks, whole run): the payload bytes received and the decode
+time (DeepReduce's stats), also the median step's decode time (a step whose rank lost its core
+mid-decode, common with more ranks than cores, is what the mean also holds); the step time and
+its ratio to the compute-only step, the best test accuracy, and whether every rank ended with
+identical parameters. Rows saved before the jobs reported every rank hold rank 0's figures and
+no median.
 """
 import argparse
 import json
 import os
 import sys
+
+import numpy as np
 
 from bench_e2e import DOCS, remove_namespace, saved_run, shaped_namespace, write_table
 from bench_tta import spread
@@ -45,39 +50,46 @@ def train(ranks, config, seed, epochs):
 
 
 def summary(saved):
-    """(bytes received / step, decode ms / step, step ms, best accuracy, identical) of a run
-    (the first two and the last: DeepReduce's only)."""
+    """(bytes received / step, decode ms / step, decode ms of the median step, step ms, best
+    accuracy, identical) of a run (bytes, decode and the last: DeepReduce's only; each a mean
+    over ranks, rank 0's in older rows, which have no median)."""
     history, totals = saved["history"], saved["totals"]
     steps = totals["steps"]
     step_ms = 1e3 * sum(e["epoch_s"] for e in history) / steps
     best = max(e["test_accuracy"] for e in history)
     if "bytes_received" not in totals:
-        return None, None, step_ms, best, None
-    return (totals["bytes_received"] / steps, 1e3 * totals["decode_s"] / steps, step_ms, best,
-            totals["parameters_identical"])
+        return None, None, None, step_ms, best, None
+    same = totals["parameters_identical"]
+    if "decode_s_by_rank_step" not in totals:
+        return totals["bytes_received"] / steps, 1e3 * totals["decode_s"] / steps, None, \
+            step_ms, best, same
+    decode = np.array(totals["decode_s_by_rank_step"])
+    return (float(np.mean(totals["bytes_received_by_rank"])) / steps,
+            1e3 * float(decode.sum(axis=1).mean()) / steps,
+            1e3 * float(np.median(decode, axis=1).mean()), step_ms, best, same)
 
 
 def report(results):
     rows = []
     for ranks, runs in sorted(results.items(), key=lambda item: int(item[0])):
-        compute = {seed: summary(saved)[2] for seed, saved in runs.get("compute only", {}).items()}
+        compute = {seed: summary(saved)[3] for seed, saved in runs.get("compute only", {}).items()}
         for config in CONFIGS:
             if config not in runs:
                 continue
             figures = []
             for seed, saved in runs[config].items():
-                received, decode, step_ms, best, same = summary(saved)
-                figures.append((received, decode, step_ms, step_ms / compute[seed] if seed in compute
-                                else None, 100 * best, same))
+                received, decode, median, step_ms, best, same = summary(saved)
+                figures.append((received, decode, median, step_ms,
+                                step_ms / compute[seed] if seed in compute else None, 100 * best, same))
             column = list(zip(*figures))
             rows.append([ranks, config, spread([r and r / 1e3 for r in column[0]], 1),
-                         spread(column[1], 2), spread(column[2], 1), spread(column[3], 2),
-                         spread(column[4], 1),
-                         "–" if column[5][0] is None else ("yes" if all(column[5]) else "NO"),
+                         spread(column[1], 2), spread(column[2], 2), spread(column[3], 1),
+                         spread(column[4], 2), spread(column[5], 1),
+                         "–" if column[6][0] is None else ("yes" if all(column[6]) else "NO"),
                          ", ".join(sorted(runs[config]))])
     write_table("routes", ["ranks", "configuration", "KB received / step", "decode ms / step",
-                           "step ms", "x compute", "best accuracy %", "identical params", "seeds"],
-                "rlrrrrrll", rows)
+                           "decode ms, median step", "step ms", "x compute", "best accuracy %",
+                           "identical params", "seeds"], "rlrrrrrrll", rows)
 
 
 def main():

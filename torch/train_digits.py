@@ -82,6 +82,7 @@ def main():
         params, lr=args.lr, momentum=0.9, weight_decay=5e-4), compression)
     steps_per_epoch = len(y_train) // args.batch_size
     history, steps = History(hvd.rank(), args.json, {**vars(args), "ranks": hvd.size()}), 0
+    decoded = [0.0]  # DeepReduce's decode seconds on this rank after each step
     generator = torch.Generator().manual_seed(args.seed + hvd.rank())
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(y_train), generator=generator)
@@ -94,6 +95,8 @@ def main():
             loss = F.cross_entropy(trained(x_train[batch]), y_train[batch])
             loss.backward()
             optimizer.step()
+            if isinstance(compression, DeepReduce):
+                decoded.append(compression.stats()["decode_s"])
             losses.append(loss.item())
             bar.set_postfix(loss=f"{loss.item():.3f}")
         steps += steps_per_epoch
@@ -101,13 +104,24 @@ def main():
         history.add(epoch, {"loss": loss, "test_accuracy": evaluate(model, x_test, y_test)},
                     *sent_bytes(args, compression, model, steps), time.perf_counter() - start)
     history.totals["steps"] = steps
-    if isinstance(compression, DeepReduce):  # what this rank received and decoded
+    if isinstance(compression, DeepReduce):  # what this rank (and each rank) received and decoded
         stats = compression.stats()
         history.totals.update(bytes_received=stats["bytes_received"], decode_s=stats["decode_s"],
                               encode_s=stats["encode_s"], guard=stats.get("guard", {}),
-                              parameters_identical=parameters_identical(model))
+                              parameters_identical=parameters_identical(model),
+                              **by_rank(stats["bytes_received"], decoded))
     history.compare(args.baseline or BASELINE)
     history.save()
+
+
+def by_rank(received, decoded):
+    """Every rank's bytes received and decode seconds of each step (from the cumulative
+    seconds after each step), gathered to every rank."""
+    mine = torch.tensor([[received, *torch.tensor(decoded, dtype=torch.float64).diff().tolist()]],
+                        dtype=torch.float64)
+    gathered = hvd.allgather(mine, name="decode.by_rank")
+    return {"bytes_received_by_rank": gathered[:, 0].tolist(),
+            "decode_s_by_rank_step": gathered[:, 1:].tolist()}
 
 
 def parameters_identical(model):
