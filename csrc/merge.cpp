@@ -1,35 +1,90 @@
 // Sorted runs for the sparse allreduce: an owner sums its range's pieces (one ascending run of
 // positions per rank) in rank order, and a sender finds which of its positions survived.
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "engine.h"
 
 namespace dr {
 
+namespace {
+
+// Scratch an owner reuses from step to step (it merges the same sizes every step): fresh
+// multi-megabyte buffers come back from the allocator unmapped, and their first touches
+// cost more than the merge. Up to kKeptBytes a buffer stays; a larger one is freed after.
+constexpr size_t kKeptBytes = size_t(8) << 20;
+
+template <class T>
+T* scratch(std::vector<T>& kept, std::vector<T>& once, size_t n) {
+    std::vector<T>& buffer = n * sizeof(T) <= kKeptBytes ? kept : once;
+    if (buffer.size() < n) buffer.resize(n);
+    return buffer.data();
+}
+
+// Dense enough (positions spanning at most this many times their count): the sums are
+// accumulated in a buffer over the span, which costs one pass over the span where merging
+// P runs costs log2(P) passes over the elements.
+constexpr int64_t kDenseSpan = 6;
+
+int64_t sum_in_span(const int64_t* pos, const float* val, size_t n, int64_t span,
+                    int64_t* out_positions, float* out_sums) {
+    thread_local std::vector<float> kept_sums;
+    thread_local std::vector<uint8_t> kept_seen;
+    std::vector<float> once_sums;
+    std::vector<uint8_t> once_seen;
+    float* sums = scratch(kept_sums, once_sums, static_cast<size_t>(span));
+    uint8_t* seen = scratch(kept_seen, once_seen, static_cast<size_t>(span));
+    std::memset(seen, 0, static_cast<size_t>(span));
+    for (size_t i = 0; i < n; ++i) {  // runs in rank order: each sum is 0 + its values in order
+        int64_t p = pos[i];
+        sums[p] = (seen[p] ? sums[p] : 0.0f) + val[i];
+        seen[p] = 1;
+    }
+    int64_t u = 0;  // branch-free: whether a position was seen is data-dependent
+    for (int64_t p = 0; p < span && u < static_cast<int64_t>(n); ++p) {
+        out_positions[u] = p;
+        out_sums[u] = sums[p];
+        u += seen[p];
+    }
+    return u;
+}
+
+}  // namespace
+
 int64_t merge_sum(const int64_t* positions, const float* values, const int64_t* starts, size_t runs,
                   int64_t* out_positions, float* out_sums) {
+    int64_t span = 0;  // the largest position + 1; -1 if a position is negative
     for (size_t r = 0; r < runs; ++r) {
         if (starts[r] > starts[r + 1]) throw Error("merge_sum: run bounds decrease");
         for (int64_t i = starts[r] + 1; i < starts[r + 1]; ++i)
             if (positions[i] <= positions[i - 1]) return -1;
+        if (starts[r] < starts[r + 1] && span >= 0)
+            span = positions[starts[r]] < 0 ? -1 : std::max(span, positions[starts[r + 1] - 1] + 1);
     }
+    const int64_t* pos = positions + starts[0];
+    const float* val = values + starts[0];
+    size_t n = static_cast<size_t>(starts[runs] - starts[0]);
+    if (runs > 2 && span >= 0 && span <= kDenseSpan * static_cast<int64_t>(n))
+        return sum_in_span(pos, val, n, span, out_positions, out_sums);
     // Adjacent runs merged pairwise (the left one first among equal positions) until one is
     // left, ping-ponging between two scratch buffers (the first pass reads the input); then
     // one pass writes the unique positions and their sums into the output.
-    const int64_t* pos = positions + starts[0];
-    const float* val = values + starts[0];
     std::vector<size_t> bounds, next;
     for (size_t r = 0; r <= runs; ++r) bounds.push_back(static_cast<size_t>(starts[r] - starts[0]));
-    size_t n = bounds.back();
-    std::vector<int64_t> pos_a, pos_b;
-    std::vector<float> val_a, val_b;
-    if (bounds.size() > 2) pos_a.resize(n), val_a.resize(n);
-    if (bounds.size() > 3) pos_b.resize(n), val_b.resize(n);
+    thread_local std::vector<int64_t> kept_pos_a, kept_pos_b;
+    thread_local std::vector<float> kept_val_a, kept_val_b;
+    std::vector<int64_t> once_pos_a, once_pos_b;
+    std::vector<float> once_val_a, once_val_b;
+    int64_t* pos_a = bounds.size() > 2 ? scratch(kept_pos_a, once_pos_a, n) : nullptr;
+    float* val_a = bounds.size() > 2 ? scratch(kept_val_a, once_val_a, n) : nullptr;
+    int64_t* pos_b = bounds.size() > 3 ? scratch(kept_pos_b, once_pos_b, n) : nullptr;
+    float* val_b = bounds.size() > 3 ? scratch(kept_val_b, once_val_b, n) : nullptr;
     bool to_a = true;
     while (bounds.size() > 2) {
-        int64_t* pos2 = to_a ? pos_a.data() : pos_b.data();
-        float* val2 = to_a ? val_a.data() : val_b.data();
+        int64_t* pos2 = to_a ? pos_a : pos_b;
+        float* val2 = to_a ? val_a : val_b;
         next.assign(1, 0);
         for (size_t r = 0; r + 1 < bounds.size(); r += 2) {
             size_t i = bounds[r], mid = bounds[r + 1];

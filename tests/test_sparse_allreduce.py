@@ -78,7 +78,8 @@ def test_what_every_residual_holds_plus_the_totals_is_the_sum_of_the_gradients(i
 def test_owner_sums_in_rank_order_and_senders_find_survivors(engine, monkeypatch):
     """merge_sum: the union of the pieces' positions and 0 + their values in rank order, the
     same bits as adding them into a dense array rank by rank (pieces ascending or not, empty,
-    overlapping); member: exactly np.isin. Both engines."""
+    overlapping, sparse or crowded: the native engine sums crowded ones over their span);
+    member: exactly np.isin. Both engines."""
     if engine == "native" and native.engine is None:
         pytest.skip("C++ engine not built")
     if engine == "numpy":
@@ -87,8 +88,11 @@ def test_owner_sums_in_rank_order_and_senders_find_survivors(engine, monkeypatch
     for trial in range(40):
         size = int(rng.integers(1, 3000))
         pieces = []
+        crowded = trial % 4 == 1  # most positions of the span taken
         for rank in range(int(rng.integers(1, 7))):
-            positions = np.sort(rng.choice(size, int(rng.integers(0, min(size, 400) + 1)), replace=False))
+            count = int(rng.integers(size // 2, size + 1)) if crowded else \
+                int(rng.integers(0, min(size, 400) + 1))
+            positions = np.sort(rng.choice(size, count, replace=False))
             positions = rng.permutation(positions) if trial % 3 == 0 else positions
             values = (rng.standard_normal(positions.size) * 10.0 ** rng.uniform(-4, 4, positions.size))
             pieces.append((values.astype(np.float32), positions))
