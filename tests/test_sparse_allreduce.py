@@ -219,8 +219,10 @@ def test_hostile_reduced_messages_are_refused(split_small):
     exchange = Exchange(pipelines[0], "w", "float32")
     exchange.scatter(np.ones(SIZE, np.float32), ranges[0].bounds("w", SIZE, ranks, 200), 0,
                      SparseCodec(index="golomb", value="fp16"), None)
+    unframed = reduced[1][:HEAD.size].copy()
+    unframed[-1] = 0  # rank 1 says it owns no range: its frame missing
     for bad in (gathered[:-1], gathered[:HEAD.size - 1], np.concatenate([gathered, gathered[:3]]),
-                np.concatenate([reduced[1], reduced[0]])):
+                np.concatenate([reduced[1], reduced[0]]), np.concatenate([reduced[0], unframed])):
         with pytest.raises(dr.DeepReduceError):
             exchange.gather(bad, ranges[0], "w")
 

@@ -38,9 +38,10 @@ from ..wire import frames
 from ..wire.payload import byte_view
 from .planner import Measured
 
-HEAD = struct.Struct("<IIIB")  # before an owner's frame: elements it received, bytes it sent
-_MAX_U32 = 2**32 - 1            # in the alltoall, microseconds it took to encode its pieces
-                                # (each at most _MAX_U32), whether a frame follows
+# before an owner's frame: elements it received, bytes it sent in the alltoall, microseconds
+# it took to encode its pieces (each at most _MAX_U32), whether a frame follows
+HEAD = struct.Struct("<IIIB")
+_MAX_U32 = 2**32 - 1
 REBALANCE = 1.25  # re-split the ranges when the busiest carries this much more than the mean
 MIN_OWNED = 1024  # selected elements a step per range at least, where there are enough
 
@@ -49,6 +50,11 @@ def owner_count(selected: int, ranks: int) -> int:
     """How many ranks own a range of a tensor whose step selects `selected` elements: one per
     MIN_OWNED of them, at least 1, at most P."""
     return max(1, min(ranks, selected // MIN_OWNED))
+
+
+def owning(bounds: np.ndarray) -> np.ndarray:
+    """The ranks whose ranges of these P+1 boundaries are not empty."""
+    return np.flatnonzero(np.diff(bounds))
 
 
 def even_bounds(size: int, ranks: int, owners: int = None, first: int = 0) -> np.ndarray:
@@ -76,7 +82,7 @@ class Ranges:
         owners = owner_count(selected, ranks)
         bounds = self._bounds.get(key)
         if bounds is None or len(bounds) != ranks + 1 or bounds[-1] != size or \
-                np.count_nonzero(np.diff(bounds)) != min(owners, size):
+                len(owning(bounds)) != min(owners, size):
             bounds = self._bounds[key] = even_bounds(size, ranks, owners,
                                                      zlib.crc32(key.encode()) % ranks)
         return bounds
@@ -85,19 +91,20 @@ class Ranges:
         """Re-split where the loads (elements each range's owner received) are uneven: the new
         boundaries cut the load, spread evenly within each old range, into equal parts among
         the same owners; every owner's range keeps at least one element."""
-        owning = np.flatnonzero(np.diff(bounds))
-        loads = np.asarray(loads, dtype=np.float64)[owning]
-        total, owners, size = loads.sum(), len(owning), int(bounds[-1])
-        if total <= 0 or loads.max() <= REBALANCE * total / owners:
+        owners = owning(bounds)
+        loads = np.asarray(loads, dtype=np.float64)[owners]
+        total, size = loads.sum(), int(bounds[-1])
+        if total <= 0 or loads.max() <= REBALANCE * total / len(owners):
             return
         cumulative = np.concatenate([[0.0], np.cumsum(loads)])
-        edges = np.append(bounds[owning], size).astype(np.float64)
-        inner = np.round(np.interp(total * np.arange(1, owners) / owners, cumulative, edges))
+        edges = np.append(bounds[owners], size).astype(np.float64)
+        parts = len(owners)
+        inner = np.round(np.interp(total * np.arange(1, parts) / parts, cumulative, edges))
         inner = inner.astype(np.int64)
-        for j in range(owners - 1):  # every range keeps at least one element
-            inner[j] = min(max(inner[j], (inner[j - 1] if j else 0) + 1), size - (owners - 1 - j))
+        for j in range(parts - 1):  # every range keeps at least one element
+            inner[j] = min(max(inner[j], (inner[j - 1] if j else 0) + 1), size - (parts - 1 - j))
         lengths = np.zeros(len(bounds) - 1, dtype=np.int64)
-        lengths[owning] = np.diff(np.concatenate([[0], inner, [size]]))
+        lengths[owners] = np.diff(np.concatenate([[0], inner, [size]]))
         self._bounds[key] = np.concatenate([[0], np.cumsum(lengths)])
 
     def state_dict(self) -> dict:
@@ -130,7 +137,7 @@ class Exchange:
         start = time.perf_counter()
         self.bounds, self.own, self.ranks, self.codecs = bounds, own, len(bounds) - 1, (codec, fallback)
         self.keep = keep_count(self.pipeline.selection_count(dense.size, self.name),
-                               max(1, np.count_nonzero(np.diff(bounds))))
+                               max(1, len(owning(bounds))))
         pieces, positions, values = self.pipeline.compress_pieces(
             self.name, dense, bounds, own, codec, fallback)
         self.sent = positions, values
@@ -257,7 +264,7 @@ class Exchange:
         for frame in framed.values():
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(bytes(frame.payload).decode(errors="replace"))
-        if sorted(framed) != list(np.flatnonzero(np.diff(self.bounds))):
+        if sorted(framed) != owning(self.bounds).tolist():
             raise DeepReduceError("the owners' reduced ranges are not this rank's ranges "
                                   f"(frames from ranks {sorted(framed)})")
         if out is None:

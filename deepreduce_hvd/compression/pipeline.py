@@ -383,8 +383,8 @@ class Pipeline:
         """The sender's side of the sparse allreduce (comm/sparse_allreduce.py): one frame per
         range [bounds[j], bounds[j+1]) of the flattened gradient (b"" where it is empty),
         holding this rank's selection in that range at positions relative to its start (each
-        piece encoded on its own). Error feedback as in compress; `own` is this rank's range (its piece stays
-        here: not counted as sent). -> (frames, positions, values): what the receivers will
+        piece encoded on its own). Error feedback as in compress; `own` is this rank's range
+        (its piece stays here: not counted as sent). -> (frames, positions, values): what the receivers will
         reconstruct, flat positions of the whole tensor."""
         start = time.perf_counter()
         bounds = [int(b) for b in bounds]
