@@ -117,9 +117,9 @@ def main():
 def by_rank(received, decoded):
     """Every rank's bytes received and decode seconds of each step (from the cumulative
     seconds after each step), gathered to every rank."""
-    mine = torch.tensor([[received, *torch.tensor(decoded, dtype=torch.float64).diff().tolist()]],
-                        dtype=torch.float64)
-    gathered = hvd.allgather(mine, name="decode.by_rank")
+    steps = torch.tensor(decoded, dtype=torch.float64).diff()
+    mine = torch.cat([torch.tensor([float(received)], dtype=torch.float64), steps])
+    gathered = hvd.allgather(mine.unsqueeze(0), name="decode.by_rank")
     return {"bytes_received_by_rank": gathered[:, 0].tolist(),
             "decode_s_by_rank_step": gathered[:, 1:].tolist()}
 

@@ -16,8 +16,8 @@ hvd = shim.hvd
 harness.bind(hvd)
 rank, size = hvd.rank(), hvd.size()
 SIZE = 20000
-SMALL = sparse_allreduce.MIN_OWNED
-sparse_allreduce.MIN_OWNED = 16  # every rank owns a range of these 20,000-element tensors
+SMALL, SPLIT = sparse_allreduce.MIN_OWNED, 16
+sparse_allreduce.MIN_OWNED = SPLIT  # every rank owns a range of these 20,000-element tensors
 
 
 def gradients(seed, steps, size=SIZE):
@@ -87,7 +87,7 @@ def check_small_tensors_have_one_owner_each_and_conserve_the_sum():
                 np.float32([compression.stats()["bytes_received"]]), f"bytes.{collective}", None,
                 op_sum=True)[0]
     finally:
-        sparse_allreduce.MIN_OWNED = 16
+        sparse_allreduce.MIN_OWNED = SPLIT
     assert received["sparse_allreduce"] <= 0.6 * received["allgather"], received
 
 
