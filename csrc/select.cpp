@@ -1,5 +1,7 @@
 // Selection fused with error feedback: one pass over the dense gradient adds the residual in
-// place and collects the candidates; the exact top k are then picked among those few.
+// place and collects the candidates, each with its compensated value (read while its line is
+// still in cache: picking among them later re-read the tensor at ~60k scattered positions,
+// as much time as the pass); the exact top k are then picked among those few.
 //
 // The selected set is defined exactly (deepreduce_hvd/sparsify.py computes the same): the k
 // largest magnitudes, ties at the boundary broken by the lower position, so the numpy path
@@ -21,6 +23,29 @@ namespace {
 
 constexpr int64_t kChunks = 64, kChunk = 256;  // the sample: 64 runs of 256 elements
 constexpr float kFloatMax = std::numeric_limits<float>::max();
+
+// Positions (ascending) and their compensated values: `count` of them, in buffers kept at
+// least 32 longer while a scan writes (finish() trims them).
+struct Candidates {
+    std::vector<int64_t> positions;
+    std::vector<float> values;
+    size_t count = 0;
+    void room(size_t extra) {  // grows geometrically: amortised O(1) a candidate
+        if (count + extra <= positions.size()) return;
+        size_t size = std::max(2 * positions.size(), count + extra + 1024);
+        positions.resize(size);
+        values.resize(size);
+    }
+    void add(int64_t i, float v) {
+        room(1);
+        positions[count] = i;
+        values[count++] = v;
+    }
+    void finish() {
+        positions.resize(count);
+        values.resize(count);
+    }
+};
 
 inline float compensated(const float* grad, const float* residual, int64_t i) {
     return residual ? residual[i] + grad[i] : grad[i];
@@ -52,14 +77,14 @@ inline bool keep(float m, float cut) { return kStrict ? m > cut : m >= cut; }
 
 template <bool kResidual, bool kStrict>
 bool scan_scalar(const float* grad, float* residual, int64_t lo, int64_t n, float cut,
-                 std::vector<int64_t>* out) {
+                 Candidates* out) {
     bool finite = true;
     for (int64_t i = lo; i < n; ++i) {
         float v = kResidual ? residual[i] + grad[i] : grad[i];
         if (kResidual) residual[i] = v;
         float m = std::fabs(v);
         finite &= m <= kFloatMax;
-        if (keep<kStrict>(m, cut)) out->push_back(i);
+        if (keep<kStrict>(m, cut)) out->add(i, v);
     }
     return finite;
 }
@@ -67,7 +92,7 @@ bool scan_scalar(const float* grad, float* residual, int64_t lo, int64_t n, floa
 #if defined(__x86_64__)
 template <bool kResidual, bool kStrict>
 __attribute__((target("avx2"))) bool scan_avx2(const float* grad, float* residual, int64_t n,
-                                               float cut, std::vector<int64_t>* out) {
+                                               float cut, Candidates* out) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 vcut = _mm256_set1_ps(cut), vmax = _mm256_set1_ps(kFloatMax);
     __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
@@ -85,7 +110,8 @@ __attribute__((target("avx2"))) bool scan_avx2(const float* grad, float* residua
             bits |= static_cast<uint32_t>(_mm256_movemask_ps(hit)) << (8 * q);
             ok = _mm256_and_ps(ok, _mm256_cmp_ps(m, vmax, _CMP_LE_OQ));
         }
-        for (; bits; bits &= bits - 1) out->push_back(i + __builtin_ctz(bits));
+        const float* c = kResidual ? residual : grad;  // just written or read: in L1
+        for (; bits; bits &= bits - 1) out->add(i + __builtin_ctz(bits), c[i + __builtin_ctz(bits)]);
     }
     bool finite = _mm256_movemask_ps(ok) == 0xFF;
     return scan_scalar<kResidual, kStrict>(grad, residual, i, n, cut, out) && finite;
@@ -93,7 +119,7 @@ __attribute__((target("avx2"))) bool scan_avx2(const float* grad, float* residua
 
 template <bool kResidual, bool kStrict>
 bool scan_sse2(const float* grad, float* residual, int64_t n, float cut,
-               std::vector<int64_t>* out) {
+               Candidates* out) {
     const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
     const __m128 vcut = _mm_set1_ps(cut), vmax = _mm_set1_ps(kFloatMax);
     int ok = 0xF;
@@ -111,7 +137,8 @@ bool scan_sse2(const float* grad, float* residual, int64_t n, float cut,
             bits |= static_cast<uint32_t>(_mm_movemask_ps(hit)) << (4 * q);
             ok &= _mm_movemask_ps(_mm_cmple_ps(m, vmax));
         }
-        for (; bits; bits &= bits - 1) out->push_back(i + __builtin_ctz(bits));
+        const float* c = kResidual ? residual : grad;  // just written or read: in L1
+        for (; bits; bits &= bits - 1) out->add(i + __builtin_ctz(bits), c[i + __builtin_ctz(bits)]);
     }
     return scan_scalar<kResidual, kStrict>(grad, residual, i, n, cut, out) && ok == 0xF;
 }
@@ -119,7 +146,7 @@ bool scan_sse2(const float* grad, float* residual, int64_t n, float cut,
 
 template <bool kStrict>
 bool scan_dispatch(const float* grad, float* residual, int64_t n, float cut,
-                   std::vector<int64_t>* out) {
+                   Candidates* out) {
 #if defined(__x86_64__)
     static const bool avx2 = __builtin_cpu_supports("avx2");
     if (avx2) return residual ? scan_avx2<true, kStrict>(grad, residual, n, cut, out)
@@ -133,7 +160,7 @@ bool scan_dispatch(const float* grad, float* residual, int64_t n, float cut,
 }
 
 bool scan_range(const float* grad, float* residual, int64_t n, float cut, bool strict,
-                std::vector<int64_t>* out) {
+                Candidates* out) {
     return strict ? scan_dispatch<true>(grad, residual, n, cut, out)
                   : scan_dispatch<false>(grad, residual, n, cut, out);
 }
@@ -142,26 +169,36 @@ bool scan_range(const float* grad, float* residual, int64_t n, float cut, bool s
 // (its candidates, ascending, appended in range order): the pass is bound by memory
 // bandwidth, which one core does not fill.
 constexpr int64_t kPerThread = int64_t{1} << 20;  // elements a thread must have to pay
-bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict,
-          std::vector<int64_t>* out) {
+// `expected`: about how many candidates to make room for. Leaves `out` finished.
+bool scan(const float* grad, float* residual, int64_t n, float cut, bool strict, size_t expected,
+          Candidates* out) {
     static const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     int nthreads = static_cast<int>(std::min<int64_t>({hardware, 4, n / kPerThread}));
-    if (nthreads < 2) return scan_range(grad, residual, n, cut, strict, out);
+    if (nthreads < 2) {
+        out->room(expected);
+        bool finite = scan_range(grad, residual, n, cut, strict, out);
+        out->finish();
+        return finite;
+    }
     int64_t chunk = (n / nthreads + 31) / 32 * 32;  // whole vector blocks per range
-    std::vector<std::vector<int64_t>> parts(nthreads);
+    std::vector<Candidates> parts(nthreads);
     std::vector<char> finite(nthreads, 1);
     run_parallel(nthreads, [&](int t) {
         int64_t lo = std::min(n, t * chunk), hi = t + 1 == nthreads ? n : std::min(n, lo + chunk);
-        parts[t].reserve(out->capacity() / nthreads + 64);
+        parts[t].room(expected / nthreads);
         finite[t] = scan_range(grad + lo, residual ? residual + lo : nullptr, hi - lo, cut,
                                strict, &parts[t]);
-        for (auto& i : parts[t]) i += lo;
+        parts[t].finish();
+        for (auto& i : parts[t].positions) i += lo;
     });
     bool all_finite = true;
     for (int t = 0; t < nthreads; ++t) {
         all_finite &= finite[t] != 0;
-        out->insert(out->end(), parts[t].begin(), parts[t].end());
+        out->positions.insert(out->positions.end(), parts[t].positions.begin(),
+                              parts[t].positions.end());
+        out->values.insert(out->values.end(), parts[t].values.begin(), parts[t].values.end());
     }
+    out->count = out->positions.size();
     return all_finite;
 }
 
@@ -190,13 +227,13 @@ uint32_t kth_largest(const std::vector<uint32_t>& bits, int64_t k) {
     return (high << 16) | low;
 }
 
-// From candidates (ascending positions holding every element of magnitude >= the k-th
-// largest), the exact top k: all above the k-th magnitude, then the lowest-positioned ties.
-void exact_topk(const float* c, const std::vector<int64_t>& cand, int64_t k,
-                std::vector<int64_t>* indices) {
-    std::vector<uint32_t> mags(cand.size());
-    for (size_t t = 0; t < cand.size(); ++t) {
-        float m = std::fabs(c[cand[t]]);
+// From candidates (ascending, holding every element of magnitude >= the k-th largest), the
+// exact top k and their values: all above the k-th magnitude, then the lowest-positioned ties.
+void exact_topk(const Candidates& cand, int64_t k, std::vector<int64_t>* indices,
+                std::vector<float>* values) {
+    std::vector<uint32_t> mags(cand.values.size());
+    for (size_t t = 0; t < mags.size(); ++t) {
+        float m = std::fabs(cand.values[t]);
         std::memcpy(&mags[t], &m, sizeof m);
     }
     uint32_t kth = kth_largest(mags, k);
@@ -204,15 +241,15 @@ void exact_topk(const float* c, const std::vector<int64_t>& cand, int64_t k,
     for (uint32_t m : mags) above += m > kth;
     int64_t ties = k - above;
     indices->clear();
+    values->clear();
     indices->reserve(k);
-    for (size_t t = 0; t < cand.size(); ++t) {
-        if (mags[t] > kth || (mags[t] == kth && ties-- > 0)) indices->push_back(cand[t]);
+    values->reserve(k);
+    for (size_t t = 0; t < mags.size(); ++t) {
+        if (mags[t] > kth || (mags[t] == kth && ties-- > 0)) {
+            indices->push_back(cand.positions[t]);
+            values->push_back(cand.values[t]);
+        }
     }
-}
-
-void gather(const float* c, std::vector<int64_t>* indices, std::vector<float>* values) {
-    values->resize(indices->size());
-    for (size_t t = 0; t < indices->size(); ++t) (*values)[t] = c[(*indices)[t]];
 }
 
 }  // namespace
@@ -221,28 +258,32 @@ bool select_topk(const float* grad, float* residual, int64_t n, int64_t k,
                  std::vector<int64_t>* indices, std::vector<float>* values) {
     if (k < 0 || k > n) throw Error("top-k: k out of range");
     float cut = estimate_cut(grad, residual, n, k);
-    std::vector<int64_t> cand;
-    cand.reserve(static_cast<size_t>(std::min<int64_t>(n, 2 * k + 1024)));
-    if (!scan(grad, residual, n, cut, false, &cand)) return false;
-    const float* c = residual ? residual : grad;
+    Candidates cand;
+    if (!scan(grad, residual, n, cut, false, static_cast<size_t>(std::min<int64_t>(n, 2 * k)),
+              &cand))
+        return false;
+    if (static_cast<int64_t>(cand.positions.size()) < k) {
+        // the sampled cut was too high: every position is a candidate
+        const float* c = residual ? residual : grad;
+        cand.positions.resize(n);
+        cand.values.assign(c, c + n);
+        for (int64_t i = 0; i < n; ++i) cand.positions[i] = i;
+    }
     if (k == 0) {
         indices->clear();
-    } else if (static_cast<int64_t>(cand.size()) >= k) {
-        exact_topk(c, cand, k, indices);
-    } else {  // the sampled cut was too high: every position is a candidate
-        cand.resize(n);
-        for (int64_t i = 0; i < n; ++i) cand[i] = i;
-        exact_topk(c, cand, k, indices);
+        values->clear();
+    } else {
+        exact_topk(cand, k, indices, values);
     }
-    gather(c, indices, values);
     return true;
 }
 
 bool select_threshold(const float* grad, float* residual, int64_t n, float tau,
                       std::vector<int64_t>* indices, std::vector<float>* values) {
-    indices->clear();
-    if (!scan(grad, residual, n, tau, true, indices)) return false;
-    gather(residual ? residual : grad, indices, values);
+    Candidates picked;
+    if (!scan(grad, residual, n, tau, true, 0, &picked)) return false;
+    indices->swap(picked.positions);
+    values->swap(picked.values);
     return true;
 }
 

@@ -217,6 +217,30 @@ def test_fused_selection_is_the_same_on_both_engines_and_across_threads(rng, mon
     assert nan is None and nan2 is None and top[1].size == 21_000
 
 
+def test_native_topk_when_its_sampled_cut_misses(monkeypatch):
+    """The native pass guesses its cut from 64 evenly spaced runs of the tensor: where those
+    runs hold the largest values and too few of them pass the cut, every position becomes a
+    candidate, and the selection and residual are still those of the numpy twin."""
+    if native.engine is None:
+        pytest.skip("C++ engine not built")
+    n, runs, run = 1 << 20, 64, 256
+    dense = np.full(n, 0.5, np.float32)
+    for c in range(runs):  # where the native sample reads
+        base = c * ((n - run) // (runs - 1))
+        dense[base:base + run] = 1.0
+    k = 20_000  # more than the 16,384 sampled ones
+    results = []
+    for engine in (native.engine, None):
+        monkeypatch.setattr(native, "engine", engine)
+        residual = np.full(n, 0.25, np.float32)
+        results.append((sparsify.select("topk", dense, residual, k=k), residual))
+    ((values, indices), residual), ((values2, indices2), residual2) = results
+    np.testing.assert_array_equal(indices, indices2)
+    np.testing.assert_array_equal(values, values2)
+    np.testing.assert_array_equal(residual, residual2)
+    assert indices.size == k and np.count_nonzero(values == 1.25) == runs * run
+
+
 @pytest.mark.parametrize("ratio", [0.1, 0.4, 0.999])
 def test_native_topk_matches_numpy_at_high_density_and_ties(ratio, rng, monkeypatch):
     """The native k-th magnitude comes from a two-level radix count over the float bits: the
