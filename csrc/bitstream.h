@@ -21,7 +21,8 @@ inline uint64_t to_stream(uint64_t v, int w) { return w ? reverse64(v) >> (64 - 
 
 class BitWriter {
   public:
-    explicit BitWriter(uint64_t total_bits) { out_.reserve((total_bits + 7) / 8 + 8); }
+    // total_bits: what will be written (more still works, by growing the buffer).
+    explicit BitWriter(uint64_t total_bits) : out_((total_bits + 7) / 8 + 8) {}
 
     // w (0..64) bits already in stream order.
     void put(uint64_t s, int w) {
@@ -46,18 +47,23 @@ class BitWriter {
     }
 
     std::vector<uint8_t> finish() {
-        for (int b = 0; b < fill_; b += 8) out_.push_back(static_cast<uint8_t>(acc_ >> b));
+        if (written_ + 8 > out_.size()) out_.resize(written_ + 8);
+        for (int b = 0; b < fill_; b += 8) out_[written_++] = static_cast<uint8_t>(acc_ >> b);
+        out_.resize(written_);
         return std::move(out_);
     }
 
   private:
-    void flush_word() {
+    void flush_word() {  // one 8-byte store into room sized up front (the byte order of acc_)
+        if (written_ + 8 > out_.size()) out_.resize(2 * out_.size() + 8);
         uint8_t bytes[8];
         for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(acc_ >> (8 * b));
-        out_.insert(out_.end(), bytes, bytes + 8);
+        std::memcpy(out_.data() + written_, bytes, 8);
+        written_ += 8;
     }
 
     std::vector<uint8_t> out_;
+    size_t written_ = 0;
     uint64_t acc_ = 0;
     int fill_ = 0;
 };

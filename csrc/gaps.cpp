@@ -46,10 +46,15 @@ std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const u
         if (part.symbol >= alphabet || !lengths[part.symbol]) throw Error("gap_pack: symbol without a code");
         total += lengths[part.symbol] + part.width;
     }
+    std::vector<uint64_t> streamed(alphabet);  // each symbol's code in stream order, once
+    for (size_t s = 0; s < alphabet; ++s) {
+        if (lengths[s] > 15) throw Error("gap_pack: code longer than 15 bits");
+        streamed[s] = to_stream(codes[s], lengths[s]);
+    }
     BitWriter out(total);
     for (size_t i = 0; i < n; ++i) {
         GapParts part(gaps[i], extra);
-        out.field(codes[part.symbol], lengths[part.symbol]);
+        out.put(streamed[part.symbol], lengths[part.symbol]);
     }
     for (size_t i = 0; i < n; ++i) {
         GapParts part(gaps[i], extra);
