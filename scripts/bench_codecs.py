@@ -223,8 +223,10 @@ def beside(fn, reference, repeats):
 
 def bench_hotpath(gradients, density, ranks=32, repeats=15):
     """One large real gradient, residual memory on: Pipeline.compress and the decoding of
-    `ranks` payloads into one sum, each beside a plain copy of the tensor, alternately."""
+    `ranks` payloads into one sum, each beside a plain copy of the tensor, alternately (and
+    the copy repeated alone, its 16 MB source left in the cache, for reference)."""
     name, grad = largest_gradient(gradients)
+    copy_alone_s = best_of(grad.copy, repeats)
     rows = []
     for index, value in HOTPATH_PIPELINES:
         pipeline = Pipeline(ratio=density, index=index, value=value)
@@ -241,7 +243,7 @@ def bench_hotpath(gradients, density, ranks=32, repeats=15):
                      "decode_copy_ms": 1e3 * decode_copy_s, "decode_x_copy": decode_s / decode_copy_s,
                      "bits_per_element": 8 * (len(frames[-1]) - 21) / max(1, round(density * grad.size))})
     return {"tensor": name, "shape": list(grad.shape), "density": density, "ranks": ranks,
-            "rows": rows}
+            "copy_alone_ms": 1e3 * copy_alone_s, "rows": rows}
 
 
 SCALING_RANKS = (2, 4, 8, 16, 32, 64)
