@@ -181,34 +181,60 @@ std::vector<uint8_t> huffman_lengths(const int64_t* freqs, size_t n, int max_len
     }
 }
 
-std::vector<uint64_t> rice_decode(const uint8_t* data, size_t nbytes, uint64_t start,
-                                  uint64_t count, int r, uint64_t max_quotient, uint64_t* end) {
+// Word at a time: the unary quotients' terminating ones are taken from each 56-bit window
+// with ctz and a clear of the lowest set bit (about 25 a window at 1%: the bit position is a
+// dependency of the window, not of every element), and the remainders, at a fixed stride,
+// are bit-reversed once per window of 56 / r of them (fields are stored most significant
+// bit first). 42k positions: 0.28 -> 0.1 ms.
+std::vector<int64_t> rice_positions(const uint8_t* data, size_t nbytes, uint64_t start,
+                                    uint64_t count, int r, int64_t size, uint64_t* end) {
     if (r < 0 || r > 63) throw Error("Rice parameter out of range");
+    if (size < 0) throw Error("Rice stream: negative tensor size");
     check_room(nbytes, start, count, 1 + static_cast<uint64_t>(r), "Rice stream");
-    std::vector<uint64_t> out(count);
+    const uint64_t max_quotient = size ? static_cast<uint64_t>(size - 1) >> r : 0;
+    std::vector<int64_t> out(count);  // quotients << r, then the positions
     BitReader in(data, nbytes, start);
     const uint64_t total = in.total_bits();
-    for (uint64_t i = 0; i < count; ++i) {
-        uint64_t q = 0;
-        for (;;) {
-            if (in.pos() >= total) throw Error("Rice stream truncated");
-            uint64_t word = in.peek() & ((1ULL << 56) - 1);
-            if (word) {
-                int zeros = __builtin_ctzll(word);
-                q += zeros;
-                in.skip(zeros + 1);
-                break;
-            }
-            q += 56;
-            in.skip(56);
-            if (q > max_quotient) break;
+    constexpr int kWindow = 56;
+    uint64_t i = 0, q = 0;
+    while (i < count) {
+        if (in.pos() >= total) throw Error("Rice stream truncated");
+        uint64_t word = in.peek() & ((1ULL << kWindow) - 1);  // zeros past the end
+        int used = 0;  // bits of the window consumed by whole codes
+        for (; word && i < count; word &= word - 1) {
+            int one = __builtin_ctzll(word);
+            q += static_cast<uint64_t>(one - used);
+            if (q > max_quotient) throw Error("Rice quotient larger than the tensor");
+            out[i++] = static_cast<int64_t>(q << r);
+            q = 0;
+            used = one + 1;
         }
-        if (q > max_quotient) throw Error("Rice quotient larger than the tensor");
-        out[i] = q << r;
+        if (i < count) {  // the rest of the window is zeros of the next quotient
+            q += static_cast<uint64_t>(kWindow - used);
+            if (q > max_quotient) throw Error("Rice quotient larger than the tensor");
+            used = kWindow;
+        }
+        in.skip(static_cast<uint64_t>(used));
     }
     if (in.pos() > total) throw Error("Rice stream truncated");
     check_room(nbytes, in.pos(), count, r, "Rice remainders");
-    for (uint64_t i = 0; i < count; ++i) out[i] |= in.field(r);
+    const int per_window = r ? kWindow / r : 0;
+    const uint64_t mask = r ? (~0ULL >> (64 - r)) : 0;
+    int64_t position = -1;  // each gap counts the unselected positions before the next
+    for (uint64_t done = 0; done < count;) {
+        uint64_t take = per_window >= 2 ? std::min<uint64_t>(per_window, count - done) : 1;
+        uint64_t reversed = per_window >= 2 ? reverse64(in.peek()) : 0;
+        for (uint64_t m = 0; m < take; ++m, ++done) {
+            uint64_t remainder = per_window >= 2 ? (reversed >> (64 - (m + 1) * r)) & mask
+                                                 : in.field(r);
+            uint64_t gap = static_cast<uint64_t>(out[done]) | remainder;
+            if (gap >= static_cast<uint64_t>(size) - static_cast<uint64_t>(position + 1))
+                throw Error("Rice stream: decoded position outside the tensor");
+            position += static_cast<int64_t>(gap) + 1;
+            out[done] = position;
+        }
+        if (per_window >= 2) in.skip(take * r);
+    }
     *end = in.pos();
     return out;
 }

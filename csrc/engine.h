@@ -65,9 +65,10 @@ std::vector<uint32_t> huffman_decode(const uint8_t* data, size_t nbytes, uint64_
 // same algorithm and tie-breaking as huffman.code_lengths (so both give the same code).
 std::vector<uint8_t> huffman_lengths(const int64_t* freqs, size_t n, int max_length);
 // Rice code (all unary quotients, then all r-bit remainders) of `count` gaps from bit
-// `start`; quotients above `max_quotient` are rejected. Sets *end to the bit after.
-std::vector<uint64_t> rice_decode(const uint8_t* data, size_t nbytes, uint64_t start,
-                                  uint64_t count, int r, uint64_t max_quotient, uint64_t* end);
+// `start` -> the ascending positions they lead to in a tensor of `size` elements (one past
+// would be an error: a gap beyond the tensor). Sets *end to the bit after.
+std::vector<int64_t> rice_positions(const uint8_t* data, size_t nbytes, uint64_t start,
+                                    uint64_t count, int r, int64_t size, uint64_t* end);
 
 // ---- gap codes (gaps.cpp): a gap g is coded through v = g + 1, its bit length L, and the
 // `extra` bits below v's leading one: symbol = (L << extra) + top, then the low bits raw ----
@@ -138,6 +139,8 @@ bool have_f16c();
 // pass (what fp16 rounding lost, kept for error feedback). Returns whether every half is
 // finite (no NaN, no Inf, nothing beyond half precision's range).
 bool to_half(float* src, uint16_t* dst, size_t n, bool keep_error);
+// dst = float(src) * 2**-exponent, as numpy's ldexp of the float32 cast gives (F16C only).
+void from_half(const uint16_t* src, float* dst, size_t n, int exponent);
 
 // ---- Bloom filter (bloom.cpp) ----
 std::vector<uint8_t> bloom_insert(const int64_t* positions, size_t n, uint64_t m, int h,

@@ -1,6 +1,9 @@
-// float32 -> float16 with the F16C instructions (8 values at a time), optionally keeping the
-// rounding error in the source buffer: the dense fp16 allreduce's cast and its error feedback
-// in one pass. numpy's astype(float16) gives the same bits for every non-NaN value.
+// float32 <-> float16 with the F16C instructions (8 values at a time). To half, optionally
+// keeping the rounding error in the source buffer: the dense fp16 allreduce's cast and its
+// error feedback in one pass. From half, scaled by a power of two: the fp16 value codec's
+// decoding. numpy (astype, ldexp) gives the same bits for every non-NaN value.
+#include <cmath>
+
 #include "engine.h"
 
 #if defined(__x86_64__)
@@ -45,8 +48,39 @@ __attribute__((target("avx,f16c"))) bool to_half(float* src, uint16_t* dst, size
     }
     return finite;
 }
+// dst = float(src) * 2**-exponent, rounded once as ldexp rounds: a single multiply where
+// 2**-exponent is a float (every half times it is exact until it rounds into the subnormals),
+// else two (the first, by 2**64, exact).
+__attribute__((target("avx,f16c"))) void from_half(const uint16_t* src, float* dst, size_t n,
+                                                   int exponent) {
+    const bool once = exponent >= -127;
+    const __m256 scale = _mm256_set1_ps(std::ldexp(1.0f, once ? -exponent : -exponent - 64));
+    const __m256 extra = _mm256_set1_ps(once ? 1.0f : std::ldexp(1.0f, 64));
+    size_t i = 0;
+    for (; i < n; i += 8) {
+        uint16_t tail[8] = {0};
+        const uint16_t* from = src + i;
+        if (i + 8 > n) {
+            for (size_t j = i; j < n; ++j) tail[j - i] = src[j];
+            from = tail;
+        }
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));
+        v = _mm256_mul_ps(v, scale);
+        if (!once) v = _mm256_mul_ps(v, extra);
+        if (i + 8 <= n) {
+            _mm256_storeu_ps(dst + i, v);
+        } else {
+            float out[8];
+            _mm256_storeu_ps(out, v);
+            for (size_t j = i; j < n; ++j) dst[j] = out[j - i];
+        }
+    }
+}
+
 #else
 bool have_f16c() { return false; }
+
+void from_half(const uint16_t*, float*, size_t, int) { throw Error("no hardware float16 conversion"); }
 
 bool to_half(float*, uint16_t*, size_t, bool) { throw Error("no hardware float16 conversion"); }
 #endif

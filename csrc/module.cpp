@@ -165,24 +165,23 @@ PyObject* huffman_lengths(PyObject*, PyObject* args) {
     return to_bytearray(out);
 }
 
-PyObject* rice_decode(PyObject*, PyObject* args) {
+PyObject* rice_positions(PyObject*, PyObject* args) {
     PyObject* data_obj;
-    unsigned long long start, count, max_quotient;
+    unsigned long long start, count;
+    long long size;
     int r;
-    if (!PyArg_ParseTuple(args, "OKKiK", &data_obj, &start, &count, &r, &max_quotient))
-        return nullptr;
+    if (!PyArg_ParseTuple(args, "OKKiL", &data_obj, &start, &count, &r, &size)) return nullptr;
     Buffer data;
     if (!data.get(data_obj, false, 1, "data")) return nullptr;
-    std::vector<uint64_t> out;
+    std::vector<int64_t> out;
     uint64_t end = 0;
     if (!run_released([&] {
-            out = dr::rice_decode(data.as<uint8_t>(), data.count(1), start, count, r,
-                                  max_quotient, &end);
+            out = dr::rice_positions(data.as<uint8_t>(), data.count(1), start, count, r, size, &end);
         }))
         return nullptr;
-    PyObject* gaps = to_bytearray(out);
-    if (!gaps) return nullptr;
-    return Py_BuildValue("NK", gaps, static_cast<unsigned long long>(end));
+    PyObject* positions = to_bytearray(out);
+    if (!positions) return nullptr;
+    return Py_BuildValue("NK", positions, static_cast<unsigned long long>(end));
 }
 
 PyObject* gap_histogram(PyObject*, PyObject* args) {
@@ -403,6 +402,23 @@ PyObject* to_half(PyObject*, PyObject* args) {
     return PyBool_FromLong(finite);
 }
 
+PyObject* from_half(PyObject*, PyObject* args) {
+    PyObject *src_obj, *dst_obj;
+    int exponent;
+    if (!PyArg_ParseTuple(args, "OOi", &src_obj, &dst_obj, &exponent)) return nullptr;
+    Buffer src, dst;
+    if (!src.get(src_obj, false, 2, "src") || !dst.get(dst_obj, true, 4, "dst")) return nullptr;
+    if (src.count(2) != dst.count(4) || exponent < -128 || exponent > 127) {
+        PyErr_SetString(PyExc_ValueError, "from_half: lengths differ or exponent outside -128..127");
+        return nullptr;
+    }
+    if (!run_released([&] {
+            dr::from_half(src.as<uint16_t>(), dst.as<float>(), src.count(2), exponent);
+        }))
+        return nullptr;
+    Py_RETURN_NONE;
+}
+
 // select_topk(grad, residual_or_None, k) / select_threshold(grad, residual_or_None, tau)
 // -> (int64 indices, float32 values) as bytearrays, or None if a value is NaN or Inf.
 PyObject* select(PyObject* args, bool topk) {
@@ -510,8 +526,8 @@ PyMethodDef methods[] = {
      "huffman_decode(data, start, u8 lengths, count) -> (u32 symbols, end bit)"},
     {"huffman_lengths", huffman_lengths, METH_VARARGS,
      "huffman_lengths(i64 freqs, max_length) -> u8 code lengths"},
-    {"rice_decode", rice_decode, METH_VARARGS,
-     "rice_decode(data, start, count, r, max_quotient) -> (u64 gaps, end bit)"},
+    {"rice_positions", rice_positions, METH_VARARGS,
+     "rice_positions(data, start, count, r, size) -> (i64 positions, end bit)"},
     {"gap_histogram", gap_histogram, METH_VARARGS,
      "gap_histogram(u64 gaps) -> i64 (length, top bits) histogram"},
     {"gap_pack", gap_pack, METH_VARARGS,
@@ -533,6 +549,8 @@ PyMethodDef methods[] = {
     {"member_sorted", member_sorted, METH_VARARGS,
      "member_sorted(i64 a, i64 b) -> u8 a[i] in b, or None unless both ascend"},
     {"have_f16c", have_f16c, METH_NOARGS, "have_f16c() -> whether to_half works here"},
+    {"from_half", from_half, METH_VARARGS,
+     "from_half(u16 src, f32 dst, exponent): dst = float(src) * 2**-exponent (F16C)"},
     {"to_half", to_half, METH_VARARGS,
      "to_half(f32 src, u16 dst, keep_error) -> all finite: dst = half(src) [, src -= float(dst)]"},
     {"select_topk", select_topk, METH_VARARGS,

@@ -226,3 +226,34 @@ def test_native_rice_code_equals_its_numpy_twin(gaps, r):
     finally:
         native.engine = engine
     assert fast == slow
+
+
+@given(gaps=st.lists(st.integers(0, 2**12), max_size=300), r=st.integers(0, 12),
+       slack=st.integers(-3, 3))
+def test_native_rice_positions_equal_their_numpy_twin(gaps, r, slack):
+    """The native decoder turns the gaps into positions as it reads them: the same positions
+    as the numpy twin's gaps and cumulative sum, and the same refusal (DeepReduceError) when
+    the tensor is too small for the last of them (slack < 0)."""
+    from deepreduce_hvd.codecs.index.golomb import decode_positions, encode_rice
+    from deepreduce_hvd.engine import native
+    if native.engine is None:
+        pytest.skip("native engine not built")
+    gaps = np.array(gaps, np.uint64)
+    body = encode_rice(gaps, r)
+    size = max(0, int((gaps.astype(np.int64) + 1).sum()) + slack)
+    results = []
+    engine = native.engine
+    for current in (engine, None):
+        native.engine = current
+        try:
+            results.append(decode_positions(body, gaps.size, size))
+        except dr.DeepReduceError:
+            results.append(None)
+        finally:
+            native.engine = engine
+    fast, slow = results
+    if slack < 0 and gaps.size:
+        assert fast is None and slow is None
+    else:
+        np.testing.assert_array_equal(fast, slow)
+        np.testing.assert_array_equal(fast, np.cumsum(gaps.astype(np.int64) + 1) - 1)

@@ -259,3 +259,19 @@ def test_native_topk_matches_numpy_at_high_density_and_ties(ratio, rng, monkeypa
     numpy_picked = sparsify.select("topk", dense, None, k=k)
     np.testing.assert_array_equal(native_picked[1], numpy_picked[1])
     np.testing.assert_array_equal(native_picked[0], numpy_picked[0])
+
+
+@pytest.mark.parametrize("exponent", [-128, -127, -20, 0, 14, 126, 127])
+def test_native_from_half_equals_numpy_ldexp_for_every_half(exponent):
+    """The fp16 codec's decoding back to float32: every one of the 65,536 half bit patterns,
+    scaled by 2**-exponent, the same bits as numpy's ldexp of the float32 cast (NaN as NaN),
+    also where the result overflows or rounds into float32's subnormals."""
+    from deepreduce_hvd.engine.halves import from_half
+    if native.engine is None or not native.engine.have_f16c():
+        pytest.skip("no native float16 conversion here")
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    fast = from_half(halves, exponent)
+    with np.errstate(over="ignore", invalid="ignore"):
+        slow = np.ldexp(halves.astype(np.float32), -exponent)
+    same = (fast.view(np.uint32) == slow.view(np.uint32)) | (np.isnan(fast) & np.isnan(slow))
+    assert same.all()

@@ -1,5 +1,6 @@
-"""float32 -> float16 for the dense fp16 allreduce, keeping the rounding error for error
-feedback: one native pass (F16C) where the processor has it, numpy elsewhere (same bits)."""
+"""float32 <-> float16: to half for the dense fp16 allreduce, keeping the rounding error for
+error feedback, and back, scaled, for the fp16 value codec: one native pass (F16C) where the
+processor has it, numpy elsewhere (same bits)."""
 import numpy as np
 
 from . import native
@@ -17,3 +18,14 @@ def to_half(work, keep_error):
         if keep_error:
             work -= out.astype(np.float32)
     return out, bool(np.isfinite(out).all())
+
+
+def from_half(halves, exponent):
+    """float32 array of the float16 array `halves` times 2**-exponent (-128..127), rounded
+    once, as np.ldexp of their float32 cast rounds."""
+    halves = np.ascontiguousarray(halves, dtype=np.float16)
+    if native.engine is not None and native.engine.have_f16c():
+        out = np.empty(halves.shape, dtype=np.float32)
+        native.engine.from_half(halves.view(np.uint16), out, int(exponent))
+        return out
+    return np.ldexp(halves.astype(np.float32), -exponent)

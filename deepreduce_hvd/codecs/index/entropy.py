@@ -13,7 +13,7 @@ from ..base import IndexCodec, IndexEncoding
 from ..registry import register
 from . import matrix
 from .gaps import from_gaps, to_gaps
-from .golomb import decode_rice, encode_rice, rice_parameter
+from .golomb import decode_positions, encode_rice, rice_parameter
 from .huffman import GapStats, decode_gaps
 
 _HUFFMAN, _RICE, _MATRIX = 0, 1, 2
@@ -53,7 +53,7 @@ class EntropyIndex(IndexCodec):
         if mode == _HUFFMAN:
             return from_gaps(decode_gaps(reader.rest(), count), size)
         if mode == _RICE:
-            return from_gaps(decode_rice(reader.rest(), count, size), size)
+            return decode_positions(reader.rest(), count, size)
         if mode == _MATRIX:
             transpose = reader.u8()
             dims = matrix.grid(shape, size)

@@ -41,22 +41,23 @@ def encode_rice(gaps, r=None):
     return bytes([r]) + pack_fields(values, widths)
 
 
-def decode_rice(body, count, size):
-    """Inverse of encode_rice -> gaps; the stream must end in its last byte."""
+def decode_positions(body, count, size):
+    """Inverse of encode_rice, through the gaps -> the ascending positions in a tensor of
+    `size` elements; the stream must end in its last byte."""
     reader = ByteReader(body, "rice gaps")
     r = reader.u8()
     if r > MAX_RICE:
         raise DeepReduceError(f"golomb: bad Rice parameter {r}")
     data = reader.rest()
     check_room(data, 0, count, r + 1, "rice stream")
-    max_quotient = max(size - 1, 0) >> r
     if native.engine is not None:
-        gaps, end = native.engine.rice_decode(data, 0, count, r, max_quotient)
-        gaps = np.frombuffer(gaps, np.uint64)
+        positions, end = native.engine.rice_positions(data, 0, count, r, size)
+        positions = np.frombuffer(positions, np.int64)
     else:
-        gaps, end = _rice_decode_numpy(data, count, r, max_quotient)
+        gaps, end = _rice_decode_numpy(data, count, r, max(size - 1, 0) >> r)
+        positions = from_gaps(gaps, size)
     expect_stream_end(data, end, "rice stream")
-    return gaps
+    return positions
 
 
 def _rice_decode_numpy(data, count, r, max_quotient):
@@ -86,4 +87,4 @@ class GolombIndex(IndexCodec):
         return 8 * len(body)  # every position costs at least one bit
 
     def decode(self, body, size, count, shape=None):
-        return from_gaps(decode_rice(body, count, size), size)
+        return decode_positions(body, count, size)

@@ -10,7 +10,7 @@ the half-precision values.
 """
 import numpy as np
 
-from ...engine.halves import to_half
+from ...engine import halves as half_precision
 from ...errors import DeepReduceError
 from ..base import ValueCodec, ValueEncoding
 from ..registry import register
@@ -31,7 +31,7 @@ def from_half(halves, exponent, dtype):
     float32 the scaling runs in float32: every half is exact there and ldexp rounds once,
     as the float64 route's final cast does (the same bits)."""
     if np.dtype(dtype) == np.float32:
-        return np.ldexp(halves.astype(np.float32), -exponent)
+        return half_precision.from_half(halves, exponent)
     return np.ldexp(halves.astype(np.float64), -exponent).astype(dtype)
 
 
@@ -48,7 +48,7 @@ class Fp16Value(ValueCodec):
         if values.dtype == np.float32:  # scaling by 2**e is exact in float32 down to its
             # subnormals, which round to zero in half precision either way: one native pass
             exponent = scale_exponent(values)
-            halves, _ = to_half(np.ldexp(values, exponent), keep_error=False)
+            halves, _ = half_precision.to_half(np.ldexp(values, exponent), keep_error=False)
         else:
             wide = np.asarray(values, dtype=np.float64)
             exponent = scale_exponent(wide)
