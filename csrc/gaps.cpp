@@ -81,12 +81,33 @@ std::vector<uint64_t> gap_unpack(const uint8_t* data, size_t nbytes, uint64_t st
     std::vector<uint64_t> out(count);
     BitReader in(data, nbytes, code_end);
     const uint32_t top_mask = (1u << extra) - 1;
+    // The raw low bits, most significant first, from a 56-bit window bit-reversed once
+    // (not once a field); a field wider than the window is read on its own.
+    constexpr int kWindow = 56;
+    uint64_t reversed = reverse64(in.peek());
+    int used = 0;
     for (uint64_t i = 0; i < count; ++i) {
         int length = static_cast<int>(symbols[i] >> extra);
         int width = std::max(length - 1 - extra, 0);
         uint64_t top = symbols[i] & top_mask;
-        out[i] = (1ULL << (length - 1)) + (top << width) + in.field(width) - 1;
+        uint64_t low = 0;
+        if (width > kWindow) {
+            in.skip(used);
+            low = in.field(width);
+            reversed = reverse64(in.peek());
+            used = 0;
+        } else if (width) {
+            if (used + width > kWindow) {
+                in.skip(used);
+                reversed = reverse64(in.peek());
+                used = 0;
+            }
+            low = (reversed << used) >> (64 - width);
+            used += width;
+        }
+        out[i] = (1ULL << (length - 1)) + (top << width) + low - 1;
     }
+    in.skip(used);
     *end = in.pos();
     return out;
 }

@@ -3,6 +3,7 @@
 // error feedback in one pass. From half, scaled by a power of two: the fp16 value codec's
 // decoding. numpy (astype, ldexp) gives the same bits for every non-NaN value.
 #include <cmath>
+#include <cstring>
 
 #include "engine.h"
 
@@ -48,6 +49,7 @@ __attribute__((target("avx,f16c"))) bool to_half(float* src, uint16_t* dst, size
     }
     return finite;
 }
+
 // dst = float(src) * 2**-exponent, rounded once as ldexp rounds: a single multiply where
 // 2**-exponent is a float (every half times it is exact until it rounds into the subnormals),
 // else two (the first, by 2**64, exact).
@@ -61,7 +63,7 @@ __attribute__((target("avx,f16c"))) void from_half(const uint16_t* src, float* d
         uint16_t tail[8] = {0};
         const uint16_t* from = src + i;
         if (i + 8 > n) {
-            for (size_t j = i; j < n; ++j) tail[j - i] = src[j];
+            std::memcpy(tail, src + i, (n - i) * sizeof(uint16_t));  // src may be unaligned
             from = tail;
         }
         __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));

@@ -24,8 +24,8 @@ namespace {
 constexpr int64_t kChunks = 64, kChunk = 256;  // the sample: 64 runs of 256 elements
 constexpr float kFloatMax = std::numeric_limits<float>::max();
 
-// Positions (ascending) and their compensated values: `count` of them, in buffers kept at
-// least 32 longer while a scan writes (finish() trims them).
+// Positions (ascending) and their compensated values: `count` of them, in buffers sized
+// ahead (for about 2k candidates, growing geometrically past that), trimmed by finish().
 struct Candidates {
     std::vector<int64_t> positions;
     std::vector<float> values;
