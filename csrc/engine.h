@@ -76,6 +76,9 @@ constexpr int kGapTop = 3;       // bits below the leading one kept by the histo
 constexpr int kGapLengths = 65;  // bit lengths 0..64
 // (length, top kGapTop bits) histogram of gaps + 1: kGapLengths x 2^kGapTop counts.
 std::vector<int64_t> gap_histogram(const uint64_t* gaps, size_t n);
+// The exact body bytes of the Huffman gap code for extra = 0..3 from such a histogram (the
+// extra byte, the 4-bit table, codes and raw bits), as huffman.GapStats.plan computes them.
+std::vector<int64_t> gap_plan_bytes(const int64_t* hist);
 // All codes (codes[symbol], lengths[symbol]), then all low bits.
 std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const uint64_t* codes,
                               const uint8_t* lengths, size_t alphabet);

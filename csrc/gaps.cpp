@@ -38,6 +38,42 @@ std::vector<int64_t> gap_histogram(const uint64_t* gaps, size_t n) {
     return hist;
 }
 
+std::vector<int64_t> gap_plan_bytes(const int64_t* hist) {
+    constexpr int kExtras = 4, kCells = 1 << kGapTop;
+    std::vector<int64_t> out(kExtras);
+    for (int extra = 0; extra < kExtras; ++extra) {
+        std::vector<int64_t> counts(static_cast<size_t>(kGapLengths) << extra, 0);
+        uint64_t nbits = 0;
+        for (int length = 0; length < kGapLengths; ++length) {
+            int kept = std::min(extra, std::max(length - 1, 0));
+            int64_t of_length = 0;
+            for (int top = 0; top < kCells; ++top) {
+                int64_t n = hist[length * kCells + top];
+                if (n < 0) throw Error("gap plan: negative count");
+                counts[(static_cast<size_t>(length) << extra) + (top >> (kGapTop - kept))] += n;
+                of_length += n;
+            }
+            nbits += static_cast<uint64_t>(of_length) * std::max(length - 1 - extra, 0);
+        }
+        std::vector<uint8_t> lengths = huffman_lengths(counts.data(), counts.size(), 15);
+        size_t first = 0, last = 0;
+        bool any = false;
+        for (size_t s = 0; s < counts.size(); ++s) {
+            nbits += static_cast<uint64_t>(counts[s]) * lengths[s];
+            if (lengths[s]) {
+                if (!any) first = s;
+                last = s;
+                any = true;
+            }
+        }
+        size_t span = any ? last - first + 1 : 0;
+        auto varint_size = [](uint64_t v) { return v < 128 ? 1 : (64 - __builtin_clzll(v) + 6) / 7; };
+        int64_t head = 1 + varint_size(any ? first : 0) + varint_size(span) + (span + 1) / 2;
+        out[extra] = head + static_cast<int64_t>((nbits + 7) / 8);
+    }
+    return out;
+}
+
 std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const uint64_t* codes,
                               const uint8_t* lengths, size_t alphabet) {
     uint64_t total = 0;

@@ -184,6 +184,20 @@ PyObject* rice_positions(PyObject*, PyObject* args) {
     return Py_BuildValue("NK", positions, static_cast<unsigned long long>(end));
 }
 
+PyObject* gap_plan_bytes(PyObject*, PyObject* args) {
+    PyObject* hist_obj;
+    if (!PyArg_ParseTuple(args, "O", &hist_obj)) return nullptr;
+    Buffer hist;
+    if (!hist.get(hist_obj, false, 8, "hist")) return nullptr;
+    if (hist.count(8) != static_cast<size_t>(dr::kGapLengths) << dr::kGapTop) {
+        PyErr_SetString(PyExc_ValueError, "gap_plan_bytes: histogram of the wrong size");
+        return nullptr;
+    }
+    std::vector<int64_t> out;
+    if (!run_released([&] { out = dr::gap_plan_bytes(hist.as<int64_t>()); })) return nullptr;
+    return to_bytearray(out);
+}
+
 PyObject* gap_histogram(PyObject*, PyObject* args) {
     PyObject* gaps_obj;
     if (!PyArg_ParseTuple(args, "O", &gaps_obj)) return nullptr;
@@ -530,6 +544,8 @@ PyMethodDef methods[] = {
      "rice_positions(data, start, count, r, size) -> (i64 positions, end bit)"},
     {"gap_histogram", gap_histogram, METH_VARARGS,
      "gap_histogram(u64 gaps) -> i64 (length, top bits) histogram"},
+    {"gap_plan_bytes", gap_plan_bytes, METH_VARARGS,
+     "gap_plan_bytes(i64 histogram) -> i64 body bytes for extra = 0..3"},
     {"gap_pack", gap_pack, METH_VARARGS,
      "gap_pack(u64 gaps, extra, u64 codes, u8 lengths) -> bytes"},
     {"gap_unpack", gap_unpack, METH_VARARGS,

@@ -55,11 +55,18 @@ class EntropyValue(ValueCodec):
         if self.levels is not None:
             return self.levels
         norm = l2_norm(magnitude)
+        shifted = magnitude - lo
+        work = np.empty_like(shifted)
         lo_bits, hi_bits = 2, 12  # binary search for the fewest levels (2**bits) within bound
         while lo_bits < hi_bits:
             mid = (lo_bits + hi_bits) // 2
-            q = quantise(magnitude, lo, hi, 1 << mid)
-            error = l2_norm(lo + q * step_size(lo, hi, 1 << mid) - magnitude)
+            step = step_size(lo, hi, 1 << mid)
+            # lo + quantise(...) * step - magnitude, in place (the levels stay whole floats,
+            # exact as the int64 quantise makes them: the same error to the last bit)
+            np.rint(np.divide(shifted, step, out=work), out=work)
+            np.subtract(np.add(np.multiply(work, step, out=work), lo, out=work), magnitude,
+                        out=work)
+            error = l2_norm(work)
             lo_bits, hi_bits = (lo_bits, mid) if error <= self.max_error * norm else (mid + 1, hi_bits)
         return 1 << lo_bits
 
