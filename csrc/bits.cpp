@@ -39,6 +39,26 @@ std::vector<uint8_t> pack_fixed(const uint64_t* values, size_t n, int width) {
     return out.finish();
 }
 
+std::vector<uint8_t> huffman_pack(const int64_t* symbols, size_t n, const uint64_t* codes,
+                                  const uint8_t* lengths, size_t alphabet, const uint8_t* bits,
+                                  size_t nbits) {
+    std::vector<uint64_t> streamed(alphabet);  // each symbol's code in stream order, once
+    for (size_t s = 0; s < alphabet; ++s) {
+        if (lengths[s] > 15) throw Error("huffman_pack: code longer than 15 bits");
+        streamed[s] = to_stream(codes[s], lengths[s]);
+    }
+    uint64_t total = nbits;
+    for (size_t i = 0; i < n; ++i) {
+        if (symbols[i] < 0 || static_cast<size_t>(symbols[i]) >= alphabet || !lengths[symbols[i]])
+            throw Error("huffman_pack: symbol without a code");
+        total += lengths[symbols[i]];
+    }
+    BitWriter out(total);
+    for (size_t i = 0; i < n; ++i) out.put(streamed[symbols[i]], lengths[symbols[i]]);
+    for (size_t i = 0; i < nbits; ++i) out.put(bits[i] ? 1 : 0, 1);
+    return out.finish();
+}
+
 std::vector<uint64_t> read_fixed(const uint8_t* data, size_t nbytes, uint64_t start,
                                  uint64_t count, int width) {
     if (width < 0 || width > 64) throw Error("read_fixed: width must be 0..64");

@@ -48,6 +48,11 @@ void run_parallel(int n, Work work) {
 // ---- bit streams (bits.cpp) ----
 // Fields of the given widths (any width >= 0; bits above 64 are zeros) -> packed bytes.
 std::vector<uint8_t> pack_fields(const uint64_t* values, const int64_t* widths, size_t n);
+// The canonical codes (codes[s], lengths[s] bits) of the symbols, then `nbits` single bits
+// (0 or non-zero): the entropy value codec's levels and sign bits, as pack_fields packs them.
+std::vector<uint8_t> huffman_pack(const int64_t* symbols, size_t n, const uint64_t* codes,
+                                  const uint8_t* lengths, size_t alphabet, const uint8_t* bits,
+                                  size_t nbits);
 // Same with one width for every field.
 std::vector<uint8_t> pack_fixed(const uint64_t* values, size_t n, int width);
 // count fields of `width` (<= 64) bits starting at bit `start`.

@@ -89,6 +89,28 @@ PyObject* pack_fields(PyObject*, PyObject* args) {
     return to_bytearray(out);
 }
 
+PyObject* huffman_pack(PyObject*, PyObject* args) {
+    PyObject *symbols_obj, *codes_obj, *lengths_obj, *bits_obj;
+    if (!PyArg_ParseTuple(args, "OOOO", &symbols_obj, &codes_obj, &lengths_obj, &bits_obj))
+        return nullptr;
+    Buffer symbols, codes, lengths, bits;
+    if (!symbols.get(symbols_obj, false, 8, "symbols") || !codes.get(codes_obj, false, 8, "codes") ||
+        !lengths.get(lengths_obj, false, 1, "lengths") || !bits.get(bits_obj, false, 1, "bits"))
+        return nullptr;
+    if (codes.count(8) != lengths.count(1)) {
+        PyErr_SetString(PyExc_ValueError, "huffman_pack: codes and lengths differ in length");
+        return nullptr;
+    }
+    std::vector<uint8_t> out;
+    if (!run_released([&] {
+            out = dr::huffman_pack(symbols.as<int64_t>(), symbols.count(8), codes.as<uint64_t>(),
+                                   lengths.as<uint8_t>(), lengths.count(1), bits.as<uint8_t>(),
+                                   bits.count(1));
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
 PyObject* pack_fixed(PyObject*, PyObject* args) {
     PyObject* values_obj;
     int width;
@@ -533,6 +555,8 @@ PyObject* bloom_conflicts(PyObject*, PyObject* args) {
 
 PyMethodDef methods[] = {
     {"pack_fields", pack_fields, METH_VARARGS, "pack_fields(u64 values, i64 widths) -> bytes"},
+    {"huffman_pack", huffman_pack, METH_VARARGS,
+     "huffman_pack(i64 symbols, u64 codes, u8 lengths, u8 bits) -> bytes: codes, then bits"},
     {"pack_fixed", pack_fixed, METH_VARARGS, "pack_fixed(u64 values, width) -> bytes"},
     {"read_fixed", read_fixed, METH_VARARGS, "read_fixed(data, start, count, width) -> u64"},
     {"read_fields", read_fields, METH_VARARGS, "read_fields(data, start, i64 widths) -> u64"},

@@ -275,3 +275,28 @@ def test_native_from_half_equals_numpy_ldexp_for_every_half(exponent):
         slow = np.ldexp(halves.astype(np.float32), -exponent)
     same = (fast.view(np.uint32) == slow.view(np.uint32)) | (np.isnan(fast) & np.isnan(slow))
     assert same.all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_native_huffman_pack_equals_its_numpy_twin(seed):
+    """The entropy value codec's stream (each level's canonical code, then a sign bit each):
+    the same bytes from the native pass as from pack_fields, and symbols without a code are
+    refused on both."""
+    from deepreduce_hvd.codecs import huffman_code
+    if native.engine is None:
+        pytest.skip("C++ engine not built")
+    rng = np.random.default_rng(seed)
+    levels = np.minimum(rng.geometric(0.3, int(rng.integers(1, 5000))) - 1, 40).astype(np.int64)
+    lengths = huffman_code.code_lengths(np.bincount(levels, minlength=41))
+    signs = rng.random(levels.size) < 0.5
+    fast = huffman_code.pack(levels, lengths, signs)
+    engine, native.engine = native.engine, None
+    try:
+        slow = huffman_code.pack(levels, lengths, signs)
+    finally:
+        native.engine = engine
+    assert fast == slow
+    unused = np.flatnonzero(lengths == 0)
+    if unused.size:
+        with pytest.raises(dr.DeepReduceError):
+            huffman_code.pack(np.array([unused[0]]), lengths, np.zeros(1, bool))

@@ -10,7 +10,7 @@ import heapq
 import numpy as np
 
 from ..engine import native
-from ..engine.bits import check_room, unpack_bits, varint_sizes
+from ..engine.bits import check_room, pack_fields, unpack_bits, varint_sizes
 from ..errors import DeepReduceError
 
 MAX_CODE_LENGTH = 15
@@ -106,9 +106,17 @@ def read_table(reader, alphabet):
     return lengths
 
 
-def encode(symbols, lengths):
-    """Symbols -> (codes, widths), to be written with bits.pack_fields."""
-    return canonical_codes(lengths)[symbols], lengths[symbols]
+def pack(symbols, lengths, bits):
+    """The canonical codes of `symbols`, then each of `bits` (booleans) as one bit -> bytes
+    (one native pass, or bits.pack_fields: the same bytes)."""
+    symbols = np.ascontiguousarray(symbols, dtype=np.int64)
+    bits = np.ascontiguousarray(bits, dtype=bool)
+    codes = canonical_codes(lengths)
+    if native.engine is not None:
+        return bytes(native.engine.huffman_pack(symbols, codes, np.asarray(lengths, np.uint8),
+                                                bits.view(np.uint8)))
+    return pack_fields(np.concatenate((codes[symbols], bits.astype(np.uint64))),
+                       np.concatenate((lengths[symbols], np.ones(bits.size, np.int64))))
 
 
 def decode(data, start, lengths, count):

@@ -8,7 +8,7 @@ signs raw. Top-k magnitudes are concentrated, so the levels cost far less than l
 import numpy as np
 
 from ...engine import native
-from ...engine.bits import expect_stream_end, pack_fields, read_fixed
+from ...engine.bits import expect_stream_end, read_fixed
 from ...engine.norms import l2_norm
 from ...errors import DeepReduceError
 from ...wire.bytestream import ByteReader, ByteWriter
@@ -81,9 +81,7 @@ class EntropyValue(ValueCodec):
         lengths = huffman_code.code_lengths(np.bincount(q, minlength=levels))
         out = ByteWriter().varint(levels).raw(np.array([lo, hi], "<f4").tobytes())
         huffman_code.write_table(out, lengths)
-        codes, widths = huffman_code.encode(q, lengths)
-        stream = pack_fields(np.concatenate((codes, negative.astype(np.uint64))),
-                             np.concatenate((widths, np.ones(q.size, np.int64))))
+        stream = huffman_code.pack(q, lengths, negative)
         return ValueEncoding(out.raw(stream).getvalue(), None,
                              dequantise(q, negative, lo, hi, levels, values.dtype))
 
