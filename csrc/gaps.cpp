@@ -92,9 +92,20 @@ std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const u
         GapParts part(gaps[i], extra);
         out.put(streamed[part.symbol], lengths[part.symbol]);
     }
+    // the low bits, most significant first: up to 11 of them reversed by a table (the gaps of
+    // a 1% selection keep a few), wider ones by the general field
+    static const std::vector<uint16_t> reversed11 = [] {
+        std::vector<uint16_t> table(1 << 11);
+        for (uint64_t v = 0; v < table.size(); ++v) table[v] = static_cast<uint16_t>(to_stream(v, 11));
+        return table;
+    }();
     for (size_t i = 0; i < n; ++i) {
         GapParts part(gaps[i], extra);
-        out.field(part.v & ((1ULL << part.width) - 1), part.width);
+        uint64_t low = part.v & ((1ULL << part.width) - 1);
+        if (part.width <= 11)
+            out.put(reversed11[low] >> (11 - part.width), part.width);
+        else
+            out.field(low, part.width);
     }
     return out.finish();
 }
