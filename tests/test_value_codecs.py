@@ -297,6 +297,10 @@ def test_native_huffman_pack_equals_its_numpy_twin(seed):
         native.engine = engine
     assert fast == slow
     unused = np.flatnonzero(lengths == 0)
-    if unused.size:
-        with pytest.raises(dr.DeepReduceError):
-            huffman_code.pack(np.array([unused[0]]), lengths, np.zeros(1, bool))
+    for current in (engine, None):
+        native.engine = current
+        try:
+            with pytest.raises(dr.DeepReduceError):
+                huffman_code.pack(np.array([unused[0]]), lengths, np.zeros(1, bool))
+        finally:
+            native.engine = engine

@@ -115,8 +115,11 @@ def pack(symbols, lengths, bits):
     if native.engine is not None:
         return bytes(native.engine.huffman_pack(symbols, codes, np.asarray(lengths, np.uint8),
                                                 bits.view(np.uint8)))
+    widths = np.asarray(lengths)[symbols]
+    if symbols.size and not widths.all():
+        raise DeepReduceError("huffman_pack: symbol without a code")
     return pack_fields(np.concatenate((codes[symbols], bits.astype(np.uint64))),
-                       np.concatenate((lengths[symbols], np.ones(bits.size, np.int64))))
+                       np.concatenate((widths, np.ones(bits.size, np.int64))))
 
 
 def decode(data, start, lengths, count):
