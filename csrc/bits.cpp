@@ -39,14 +39,20 @@ std::vector<uint8_t> pack_fixed(const uint64_t* values, size_t n, int width) {
     return out.finish();
 }
 
+std::vector<uint64_t> stream_order_codes(const uint64_t* codes, const uint8_t* lengths,
+                                         size_t alphabet, const char* what) {
+    std::vector<uint64_t> streamed(alphabet);
+    for (size_t s = 0; s < alphabet; ++s) {
+        if (lengths[s] > 15) throw Error(std::string(what) + ": code longer than 15 bits");
+        streamed[s] = to_stream(codes[s], lengths[s]);
+    }
+    return streamed;
+}
+
 std::vector<uint8_t> huffman_pack(const int64_t* symbols, size_t n, const uint64_t* codes,
                                   const uint8_t* lengths, size_t alphabet, const uint8_t* bits,
                                   size_t nbits) {
-    std::vector<uint64_t> streamed(alphabet);  // each symbol's code in stream order, once
-    for (size_t s = 0; s < alphabet; ++s) {
-        if (lengths[s] > 15) throw Error("huffman_pack: code longer than 15 bits");
-        streamed[s] = to_stream(codes[s], lengths[s]);
-    }
+    std::vector<uint64_t> streamed = stream_order_codes(codes, lengths, alphabet, "huffman_pack");
     uint64_t total = nbits;
     for (size_t i = 0; i < n; ++i) {
         if (symbols[i] < 0 || static_cast<size_t>(symbols[i]) >= alphabet || !lengths[symbols[i]])

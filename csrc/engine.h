@@ -48,6 +48,10 @@ void run_parallel(int n, Work work) {
 // ---- bit streams (bits.cpp) ----
 // Fields of the given widths (any width >= 0; bits above 64 are zeros) -> packed bytes.
 std::vector<uint8_t> pack_fields(const uint64_t* values, const int64_t* widths, size_t n);
+// Each symbol's canonical code (codes[s], lengths[s] bits, at most 15) reversed into stream
+// order once, for the packers that put one code per element; `what` names the caller.
+std::vector<uint64_t> stream_order_codes(const uint64_t* codes, const uint8_t* lengths,
+                                         size_t alphabet, const char* what);
 // The canonical codes (codes[s], lengths[s] bits) of the symbols, then `nbits` single bits
 // (0 or non-zero): the entropy value codec's levels and sign bits, as pack_fields packs them.
 std::vector<uint8_t> huffman_pack(const int64_t* symbols, size_t n, const uint64_t* codes,

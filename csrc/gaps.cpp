@@ -82,11 +82,7 @@ std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const u
         if (part.symbol >= alphabet || !lengths[part.symbol]) throw Error("gap_pack: symbol without a code");
         total += lengths[part.symbol] + part.width;
     }
-    std::vector<uint64_t> streamed(alphabet);  // each symbol's code in stream order, once
-    for (size_t s = 0; s < alphabet; ++s) {
-        if (lengths[s] > 15) throw Error("gap_pack: code longer than 15 bits");
-        streamed[s] = to_stream(codes[s], lengths[s]);
-    }
+    std::vector<uint64_t> streamed = stream_order_codes(codes, lengths, alphabet, "gap_pack");
     BitWriter out(total);
     for (size_t i = 0; i < n; ++i) {
         GapParts part(gaps[i], extra);
