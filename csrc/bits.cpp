@@ -10,16 +10,6 @@
 #include "engine.h"
 
 namespace dr {
-namespace {
-
-void check_room(size_t nbytes, uint64_t start, uint64_t count, uint64_t bits_each,
-                const char* what) {
-    uint64_t total = 8 * static_cast<uint64_t>(nbytes);
-    if (start > total || (bits_each && count > (total - start) / bits_each))
-        throw Error(std::string(what) + ": stream holds fewer bits than declared");
-}
-
-}  // namespace
 
 std::vector<uint8_t> pack_fields(const uint64_t* values, const int64_t* widths, size_t n) {
     uint64_t total = 0;

@@ -5,9 +5,25 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "engine.h"
+
 namespace dr {
+
+// Raise unless nbytes hold count fields of bits_each bits after bit `start` (bits.check_room).
+inline void check_room(size_t nbytes, uint64_t start, uint64_t count, uint64_t bits_each,
+                       const char* what) {
+    uint64_t total = 8 * static_cast<uint64_t>(nbytes);
+    if (start > total || (bits_each && count > (total - start) / bits_each))
+        throw Error(std::string(what) + ": stream holds fewer bits than declared");
+}
+
+// Raise unless a stream that ends at bit `end` ends in the last of nbytes (bits.expect_stream_end).
+inline void expect_stream_end(size_t nbytes, uint64_t end, const char* what) {
+    if ((end + 7) / 8 != nbytes) throw Error(std::string(what) + ": bytes after the stream");
+}
 
 inline uint64_t reverse64(uint64_t x) {
     x = ((x >> 1) & 0x5555555555555555ULL) | ((x & 0x5555555555555555ULL) << 1);

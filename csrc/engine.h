@@ -91,19 +91,8 @@ std::vector<int64_t> gap_plan_bytes(const int64_t* hist);
 // All codes (codes[symbol], lengths[symbol]), then all low bits.
 std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const uint64_t* codes,
                               const uint8_t* lengths, size_t alphabet);
-// Inverse of gap_pack from bit `start` (canonical code from lengths); sets *end.
-std::vector<uint64_t> gap_unpack(const uint8_t* data, size_t nbytes, uint64_t start,
-                                 const uint8_t* lengths, size_t alphabet, int extra,
-                                 uint64_t count, uint64_t* end);
 // Rice code of the gaps with parameter r (unary quotients, then r-bit remainders).
 std::vector<uint8_t> rice_pack(const uint64_t* gaps, size_t n, int r);
-// The matrix model's positions in coding order: line j holds counts[j] elements whose ranks
-// advance by steps[i] + 1 from -1; rank r is column ranked[r] (rows and columns swapped when
-// transpose). Ranks beyond the ranked list are rejected.
-std::vector<int64_t> matrix_positions(const int64_t* lines, const int64_t* counts, size_t nlines,
-                                      const int64_t* ranked, size_t nranked,
-                                      const uint64_t* steps, size_t count, int64_t cols,
-                                      bool transpose);
 // The matrix model's coding of sorted flat positions of a rows x cols tensor (the encoder's
 // side of matrix_positions; rows and columns swapped when transpose): the other axis ranked by
 // how many elements each holds (descending, ties by index), the elements ordered by (line,
@@ -115,10 +104,19 @@ struct MatrixCoding {
 };
 MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, int64_t cols,
                            bool transpose);
-// Uniform dequantisation with sign bits: sign * (lo + q * step), as float32 (the entropy value
-// codec's reconstruction, computed in double exactly as its numpy twin does).
-std::vector<float> dequantise(const uint32_t* levels, size_t count, const uint8_t* data,
-                              size_t nbytes, uint64_t sign_start, double lo, double step);
+// ---- whole entropy-codec bodies (bodies.cpp), each as its numpy twin decodes it ----
+constexpr uint64_t kMaxEntropyLevels = 4096;  // value/entropy.py's MAX_LEVELS
+// Each writes `count` items to out; the caller makes room only after checking that count
+// fits the body (every position costs at least one bit, every value two).
+// A Huffman gap body (huffman.decode_gaps) -> the ascending positions below size.
+void gap_positions(const uint8_t* body, size_t nbytes, uint64_t count, int64_t size,
+                   int64_t* out);
+// A matrix-model body (matrix.decode) -> flat positions in coding order.
+void matrix_decode(const uint8_t* body, size_t nbytes, uint64_t count, int64_t rows,
+                   int64_t cols, bool transpose, int64_t* out);
+// An entropy value body (EntropyValue.decode) -> finite float32 values.
+void entropy_values(const uint8_t* body, size_t nbytes, uint64_t count, float* out);
+
 // dst[positions[i]] += values[i] * scale; positions must lie in [0, n).
 void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* values,
                  size_t count, float scale);

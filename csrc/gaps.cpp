@@ -1,5 +1,5 @@
 // Gap codes, element by element: the histogram the Huffman gap coder sizes its choices from,
-// and the packing and unpacking of the chosen code. The model (which extra bits, which code
+// and the packing of the chosen code (bodies.cpp decodes whole bodies). The model (which extra bits, which code
 // lengths) is chosen in deepreduce_hvd/index/huffman.py, which has numpy twins of these.
 #include <algorithm>
 #include <cstring>
@@ -106,55 +106,6 @@ std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const u
     return out.finish();
 }
 
-std::vector<uint64_t> gap_unpack(const uint8_t* data, size_t nbytes, uint64_t start,
-                                 const uint8_t* lengths, size_t alphabet, int extra,
-                                 uint64_t count, uint64_t* end) {
-    if (extra < 0 || extra > kGapTop) throw Error("gap codes: bad extra bit count");
-    uint64_t code_end = 0;
-    std::vector<uint32_t> symbols = huffman_decode(data, nbytes, start, lengths, alphabet, count,
-                                                   &code_end);
-    uint64_t low_bits = 0;
-    for (uint64_t i = 0; i < count; ++i) {
-        uint32_t length = symbols[i] >> extra;
-        if (length < 1 || length > 64) throw Error("huffman: bad gap length symbol");
-        low_bits += std::max<int>(static_cast<int>(length) - 1 - extra, 0);
-    }
-    if (code_end + low_bits > 8 * static_cast<uint64_t>(nbytes))
-        throw Error("huffman gaps: raw bits truncated");
-    std::vector<uint64_t> out(count);
-    BitReader in(data, nbytes, code_end);
-    const uint32_t top_mask = (1u << extra) - 1;
-    // The raw low bits, most significant first, from a 56-bit window bit-reversed once
-    // (not once a field); a field wider than the window is read on its own.
-    constexpr int kWindow = 56;
-    uint64_t reversed = reverse64(in.peek());
-    int used = 0;
-    for (uint64_t i = 0; i < count; ++i) {
-        int length = static_cast<int>(symbols[i] >> extra);
-        int width = std::max(length - 1 - extra, 0);
-        uint64_t top = symbols[i] & top_mask;
-        uint64_t low = 0;
-        if (width > kWindow) {
-            in.skip(used);
-            low = in.field(width);
-            reversed = reverse64(in.peek());
-            used = 0;
-        } else if (width) {
-            if (used + width > kWindow) {
-                in.skip(used);
-                reversed = reverse64(in.peek());
-                used = 0;
-            }
-            low = (reversed << used) >> (64 - width);
-            used += width;
-        }
-        out[i] = (1ULL << (length - 1)) + (top << width) + low - 1;
-    }
-    in.skip(used);
-    *end = in.pos();
-    return out;
-}
-
 std::vector<uint8_t> rice_pack(const uint64_t* gaps, size_t n, int r) {
     if (r < 0 || r > 63) throw Error("Rice parameter out of range");
     uint64_t total = 0;
@@ -170,28 +121,6 @@ std::vector<uint8_t> rice_pack(const uint64_t* gaps, size_t n, int r) {
     const uint64_t mask = r ? (~0ULL >> (64 - r)) : 0;
     for (size_t i = 0; i < n; ++i) out.field(gaps[i] & mask, r);
     return out.finish();
-}
-
-std::vector<int64_t> matrix_positions(const int64_t* lines, const int64_t* counts, size_t nlines,
-                                      const int64_t* ranked, size_t nranked,
-                                      const uint64_t* steps, size_t count, int64_t cols,
-                                      bool transpose) {
-    std::vector<int64_t> out(count);
-    size_t at = 0;
-    for (size_t j = 0; j < nlines; ++j) {
-        if (counts[j] < 0 || static_cast<uint64_t>(counts[j]) > count - at)
-            throw Error("matrix indices: line counts disagree with the header");
-        uint64_t rank = ~0ULL;  // -1: the first step lands on rank steps[i]
-        for (int64_t t = 0; t < counts[j]; ++t, ++at) {
-            if (steps[at] >= nranked) throw Error("matrix indices: rank beyond the ranked columns");
-            rank += steps[at] + 1;
-            if (rank >= nranked) throw Error("matrix indices: rank beyond the ranked columns");
-            int64_t other = ranked[rank];
-            out[at] = transpose ? other * cols + lines[j] : lines[j] * cols + other;
-        }
-    }
-    if (at != count) throw Error("matrix indices: line counts disagree with the header");
-    return out;
 }
 
 MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, int64_t cols,
@@ -243,19 +172,6 @@ MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, i
         }
         out.steps[i] = static_cast<uint64_t>(rank[e] - previous_rank - 1);
         previous_rank = rank[e];
-    }
-    return out;
-}
-
-std::vector<float> dequantise(const uint32_t* levels, size_t count, const uint8_t* data,
-                              size_t nbytes, uint64_t sign_start, double lo, double step) {
-    if (sign_start > 8 * static_cast<uint64_t>(nbytes) || count > 8 * nbytes - sign_start)
-        throw Error("entropy values: sign bits truncated");
-    std::vector<float> out(count);
-    for (size_t i = 0; i < count; ++i) {
-        uint64_t bit = sign_start + i;
-        double v = lo + static_cast<double>(levels[i]) * step;
-        out[i] = static_cast<float>(((data[bit >> 3] >> (bit & 7)) & 1) ? -v : v);
     }
     return out;
 }

@@ -252,27 +252,6 @@ PyObject* gap_pack(PyObject*, PyObject* args) {
     return to_bytearray(out);
 }
 
-PyObject* gap_unpack(PyObject*, PyObject* args) {
-    PyObject *data_obj, *lengths_obj;
-    unsigned long long start, count;
-    int extra;
-    if (!PyArg_ParseTuple(args, "OKOiK", &data_obj, &start, &lengths_obj, &extra, &count))
-        return nullptr;
-    Buffer data, lengths;
-    if (!data.get(data_obj, false, 1, "data") || !lengths.get(lengths_obj, false, 1, "lengths"))
-        return nullptr;
-    std::vector<uint64_t> out;
-    uint64_t end = 0;
-    if (!run_released([&] {
-            out = dr::gap_unpack(data.as<uint8_t>(), data.count(1), start, lengths.as<uint8_t>(),
-                                 lengths.count(1), extra, count, &end);
-        }))
-        return nullptr;
-    PyObject* gaps = to_bytearray(out);
-    if (!gaps) return nullptr;
-    return Py_BuildValue("NK", gaps, static_cast<unsigned long long>(end));
-}
-
 PyObject* rice_pack(PyObject*, PyObject* args) {
     PyObject* gaps_obj;
     int r;
@@ -281,31 +260,6 @@ PyObject* rice_pack(PyObject*, PyObject* args) {
     if (!gaps.get(gaps_obj, false, 8, "gaps")) return nullptr;
     std::vector<uint8_t> out;
     if (!run_released([&] { out = dr::rice_pack(gaps.as<uint64_t>(), gaps.count(8), r); }))
-        return nullptr;
-    return to_bytearray(out);
-}
-
-PyObject* matrix_positions(PyObject*, PyObject* args) {
-    PyObject *lines_obj, *counts_obj, *ranked_obj, *steps_obj;
-    long long cols;
-    int transpose;
-    if (!PyArg_ParseTuple(args, "OOOOLp", &lines_obj, &counts_obj, &ranked_obj, &steps_obj, &cols,
-                          &transpose))
-        return nullptr;
-    Buffer lines, counts, ranked, steps;
-    if (!lines.get(lines_obj, false, 8, "lines") || !counts.get(counts_obj, false, 8, "counts") ||
-        !ranked.get(ranked_obj, false, 8, "ranked") || !steps.get(steps_obj, false, 8, "steps"))
-        return nullptr;
-    if (lines.count(8) != counts.count(8)) {
-        PyErr_SetString(PyExc_ValueError, "matrix_positions: lines and counts differ in length");
-        return nullptr;
-    }
-    std::vector<int64_t> out;
-    if (!run_released([&] {
-            out = dr::matrix_positions(lines.as<int64_t>(), counts.as<int64_t>(), lines.count(8),
-                                       ranked.as<int64_t>(), ranked.count(8),
-                                       steps.as<uint64_t>(), steps.count(8), cols, transpose);
-        }))
         return nullptr;
     return to_bytearray(out);
 }
@@ -332,22 +286,70 @@ PyObject* matrix_coding(PyObject*, PyObject* args) {
     return Py_BuildValue("NNNNN", parts[0], parts[1], parts[2], parts[3], parts[4]);
 }
 
-PyObject* dequantise(PyObject*, PyObject* args) {
-    PyObject *levels_obj, *data_obj;
-    unsigned long long sign_start;
-    double lo, step;
-    if (!PyArg_ParseTuple(args, "OOKdd", &levels_obj, &data_obj, &sign_start, &lo, &step))
+// A bytearray of `count` items for a body decoder to fill; a DeepReduceError instead when
+// the body's bytes could not hold that many (at least bits_each bits an item), so a hostile
+// count never sizes an allocation.
+PyObject* room_for(const Buffer& body, uint64_t count, uint64_t bits_each, size_t itemsize) {
+    if (count > 8 * static_cast<uint64_t>(body.count(1)) / bits_each) {
+        PyErr_SetString(deepreduce_error, "body holds fewer bits than its count needs");
         return nullptr;
-    Buffer levels, data;
-    if (!levels.get(levels_obj, false, 4, "levels") || !data.get(data_obj, false, 1, "data"))
+    }
+    return PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(count * itemsize));
+}
+
+PyObject* gap_positions(PyObject*, PyObject* args) {
+    PyObject* body_obj;
+    unsigned long long count;
+    long long size;
+    if (!PyArg_ParseTuple(args, "OKL", &body_obj, &count, &size)) return nullptr;
+    Buffer body;
+    if (!body.get(body_obj, false, 1, "body")) return nullptr;
+    PyObject* out = room_for(body, count, 1, 8);
+    if (!out) return nullptr;
+    auto* positions = reinterpret_cast<int64_t*>(PyByteArray_AS_STRING(out));
+    if (!run_released([&] { dr::gap_positions(body.as<uint8_t>(), body.count(1), count, size, positions); })) {
+        Py_DECREF(out);
         return nullptr;
-    std::vector<float> out;
+    }
+    return out;
+}
+
+PyObject* matrix_decode(PyObject*, PyObject* args) {
+    PyObject* body_obj;
+    unsigned long long count;
+    long long rows, cols;
+    int transpose;
+    if (!PyArg_ParseTuple(args, "OKLLp", &body_obj, &count, &rows, &cols, &transpose))
+        return nullptr;
+    Buffer body;
+    if (!body.get(body_obj, false, 1, "body")) return nullptr;
+    PyObject* out = room_for(body, count, 1, 8);
+    if (!out) return nullptr;
+    auto* positions = reinterpret_cast<int64_t*>(PyByteArray_AS_STRING(out));
     if (!run_released([&] {
-            out = dr::dequantise(levels.as<uint32_t>(), levels.count(4), data.as<uint8_t>(),
-                                 data.count(1), sign_start, lo, step);
-        }))
+            dr::matrix_decode(body.as<uint8_t>(), body.count(1), count, rows, cols, transpose,
+                              positions);
+        })) {
+        Py_DECREF(out);
         return nullptr;
-    return to_bytearray(out);
+    }
+    return out;
+}
+
+PyObject* entropy_values(PyObject*, PyObject* args) {
+    PyObject* body_obj;
+    unsigned long long count;
+    if (!PyArg_ParseTuple(args, "OK", &body_obj, &count)) return nullptr;
+    Buffer body;
+    if (!body.get(body_obj, false, 1, "body")) return nullptr;
+    PyObject* out = room_for(body, count, 2, 4);
+    if (!out) return nullptr;
+    auto* values = reinterpret_cast<float*>(PyByteArray_AS_STRING(out));
+    if (!run_released([&] { dr::entropy_values(body.as<uint8_t>(), body.count(1), count, values); })) {
+        Py_DECREF(out);
+        return nullptr;
+    }
+    return out;
 }
 
 PyObject* scatter_add(PyObject*, PyObject* args) {
@@ -572,16 +574,16 @@ PyMethodDef methods[] = {
      "gap_plan_bytes(i64 histogram) -> i64 body bytes for extra = 0..3"},
     {"gap_pack", gap_pack, METH_VARARGS,
      "gap_pack(u64 gaps, extra, u64 codes, u8 lengths) -> bytes"},
-    {"gap_unpack", gap_unpack, METH_VARARGS,
-     "gap_unpack(data, start, u8 lengths, extra, count) -> (u64 gaps, end bit)"},
     {"rice_pack", rice_pack, METH_VARARGS, "rice_pack(u64 gaps, r) -> bytes"},
-    {"matrix_positions", matrix_positions, METH_VARARGS,
-     "matrix_positions(lines, counts, ranked, u64 steps, cols, transpose) -> i64 positions"},
     {"matrix_coding", matrix_coding, METH_VARARGS,
      "matrix_coding(i64 sorted positions, rows, cols, transpose) -> (i64 order, i64 ranked, "
      "i64 lines, u64 counts - 1, u64 rank steps)"},
-    {"dequantise", dequantise, METH_VARARGS,
-     "dequantise(u32 levels, data, sign_start, lo, step) -> f32 values"},
+    {"gap_positions", gap_positions, METH_VARARGS,
+     "gap_positions(Huffman gap body, count, size) -> i64 ascending positions"},
+    {"matrix_decode", matrix_decode, METH_VARARGS,
+     "matrix_decode(matrix body, count, rows, cols, transpose) -> i64 positions, coding order"},
+    {"entropy_values", entropy_values, METH_VARARGS,
+     "entropy_values(entropy value body, count) -> f32 values"},
     {"scatter_add", scatter_add, METH_VARARGS,
      "scatter_add(f32 dst, i64 positions, f32 values, scale): dst[p] += v * scale"},
     {"merge_sum", merge_sum, METH_VARARGS,

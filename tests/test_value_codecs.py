@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import deepreduce_hvd as dr
 from deepreduce_hvd.codecs import arrangement
@@ -304,3 +305,21 @@ def test_native_huffman_pack_equals_its_numpy_twin(seed):
                 huffman_code.pack(np.array([unused[0]]), lengths, np.zeros(1, bool))
         finally:
             native.engine = engine
+
+
+@given(data=st.data())
+def test_native_entropy_value_body_equals_its_numpy_twin(data):
+    """The engine decodes an entropy value body in one call (csrc/bodies.cpp): on intact and
+    damaged bodies and miscounted headers, bit-equal values or a DeepReduceError from both."""
+    from conftest import damage, on_both_engines
+    from deepreduce_hvd.codecs.value.entropy import EntropyValue
+    seed, count = data.draw(st.integers(0, 2**32 - 1)), data.draw(st.integers(0, 300))
+    values = (np.random.default_rng(seed).standard_normal(count) * 10.0**data.draw(
+        st.integers(-30, 30))).astype(np.float32)
+    codec = EntropyValue(max_error=data.draw(st.sampled_from([0.5, 0.04, 0.001])))
+    body = damage(data, codec.encode(values).body)
+    declared = count + data.draw(st.sampled_from([0, 0, -1, 1]))
+    fast, slow = on_both_engines(lambda: codec.decode(body, max(declared, 0), np.float32))
+    assert (fast is None) == (slow is None)
+    if fast is not None:
+        np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))

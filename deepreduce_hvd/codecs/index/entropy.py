@@ -12,9 +12,8 @@ from ...wire.bytestream import ByteReader
 from ..base import IndexCodec, IndexEncoding
 from ..registry import register
 from . import matrix
-from .gaps import from_gaps, to_gaps
-from .golomb import decode_positions, encode_rice, rice_parameter
-from .huffman import GapStats, decode_gaps
+from . import golomb, huffman
+from .gaps import to_gaps
 
 _HUFFMAN, _RICE, _MATRIX = 0, 1, 2
 
@@ -28,8 +27,8 @@ class EntropyIndex(IndexCodec):
         """Every candidate's size follows from its code lengths before anything is packed, so
         only the winner is written out."""
         gaps = to_gaps(indices)
-        r, rice_bytes = rice_parameter(gaps)
-        stats = GapStats(gaps)
+        r, rice_bytes = golomb.rice_parameter(gaps)
+        stats = huffman.GapStats(gaps)
         plan_bytes, extra = stats.smallest()
         nbytes = 1 + min(plan_bytes, rice_bytes)  # the mode byte, and the smaller gap code
         dims = matrix.grid(shape, size)
@@ -42,7 +41,7 @@ class EntropyIndex(IndexCodec):
                                      indices[plan.order], plan.order)
         if plan_bytes < rice_bytes:
             return IndexEncoding(bytes([_HUFFMAN]) + stats.encode(extra), indices)
-        return IndexEncoding(bytes([_RICE]) + encode_rice(gaps, r), indices)
+        return IndexEncoding(bytes([_RICE]) + golomb.encode_rice(gaps, r), indices)
 
     def max_count(self, body, size):
         return 8 * len(body)  # every position costs at least one bit
@@ -51,9 +50,9 @@ class EntropyIndex(IndexCodec):
         reader = ByteReader(body, "entropy indices")
         mode = reader.u8()
         if mode == _HUFFMAN:
-            return from_gaps(decode_gaps(reader.rest(), count), size)
+            return huffman.decode_positions(reader.rest(), count, size)
         if mode == _RICE:
-            return decode_positions(reader.rest(), count, size)
+            return golomb.decode_positions(reader.rest(), count, size)
         if mode == _MATRIX:
             transpose = reader.u8()
             dims = matrix.grid(shape, size)

@@ -102,7 +102,8 @@ def _cells(rows, extra):
 
 
 def decode_gaps(body, count):
-    """Inverse of GapStats.encode (the whole of body) -> uint64 gaps."""
+    """Inverse of GapStats.encode (the whole of body) -> uint64 gaps: the numpy twin of the
+    native engine's body decoders (csrc/bodies.cpp), which decode a body whole."""
     reader = ByteReader(body, "huffman gaps")
     extra_bits = reader.u8()
     if extra_bits > MAX_EXTRA_BITS:
@@ -110,12 +111,6 @@ def decode_gaps(body, count):
     lengths = huffman_code.read_table(reader, (_MAX_LENGTH + 1) << extra_bits)
     data = reader.rest()
     check_room(data, 0, count, 1, "huffman gaps")
-    if native.engine is not None:
-        if count and not lengths.any():
-            raise DeepReduceError("Huffman table is empty")
-        gaps, end = native.engine.gap_unpack(data, 0, lengths.astype(np.uint8), extra_bits, count)
-        expect_stream_end(data, end, "huffman gaps")
-        return np.frombuffer(gaps, np.uint64)
     symbols, end = huffman_code.decode(data, 0, lengths, count)
     symbols = symbols.astype(np.int64)
     length = symbols >> extra_bits
@@ -127,6 +122,14 @@ def decode_gaps(body, count):
     top = (symbols & ((1 << extra_bits) - 1)).astype(np.uint64)
     v = (np.uint64(1) << (length - 1).astype(np.uint64)) + (top << width.astype(np.uint64)) + low
     return v - np.uint64(1)
+
+
+def decode_positions(body, count, size):
+    """A gap body (GapStats.encode) -> its `count` ascending positions below size (the native
+    engine parses and decodes the body in one call)."""
+    if native.engine is not None:
+        return np.frombuffer(native.engine.gap_positions(body, count, size), np.int64)
+    return from_gaps(decode_gaps(body, count), size)
 
 
 @register("index")
@@ -147,4 +150,4 @@ class HuffmanIndex(IndexCodec):
         return 8 * len(body)  # every position costs at least one bit
 
     def decode(self, body, size, count, shape=None):
-        return from_gaps(decode_gaps(body, count), size)
+        return decode_positions(body, count, size)

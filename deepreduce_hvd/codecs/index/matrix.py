@@ -99,6 +99,9 @@ class MatrixPlan:
 def decode(body, count, rows, cols, transpose):
     """Inverse of encode -> flat positions in coding order (unique by construction: lines
     strictly increase, and so do ranks within a line)."""
+    if native.engine is not None:  # the whole body in one call
+        return np.frombuffer(native.engine.matrix_decode(body, count, rows, cols, bool(transpose)),
+                             np.int64)
     lines_total, others_total = (cols, rows) if transpose else (rows, cols)
     reader = ByteReader(body, "matrix indices")
     nlines = reader.varint(limit=min(lines_total, count))
@@ -116,12 +119,7 @@ def decode(body, count, rows, cols, transpose):
     if nranked and (ranked.max() >= others_total
                     or np.bincount(ranked, minlength=others_total).max() > 1):
         raise DeepReduceError("matrix indices: ranked columns out of range or repeated")
-    steps = decode_gaps(reader.rest(), count)
-    if native.engine is not None:
-        return np.frombuffer(native.engine.matrix_positions(
-            np.ascontiguousarray(lines, np.int64), counts, ranked, np.ascontiguousarray(steps),
-            cols, bool(transpose)), np.int64)
-    steps = _below(steps, nranked) + 1
+    steps = _below(decode_gaps(reader.rest(), count), nranked) + 1
     if not count:
         return np.zeros(0, dtype=np.int64)
     ends = np.cumsum(steps)

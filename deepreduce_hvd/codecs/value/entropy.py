@@ -86,6 +86,8 @@ class EntropyValue(ValueCodec):
                              dequantise(q, negative, lo, hi, levels, values.dtype))
 
     def decode(self, body, count, dtype):
+        if native.engine is not None and dtype == np.float32:  # the whole body in one call
+            return np.frombuffer(native.engine.entropy_values(body, count), np.float32)
         reader = ByteReader(body, "entropy values")
         levels = reader.varint(limit=MAX_LEVELS)
         lo, hi = np.frombuffer(reader.raw(8), dtype="<f4").astype(np.float64)
@@ -95,10 +97,5 @@ class EntropyValue(ValueCodec):
         data = reader.rest()
         q, end = huffman_code.decode(data, 0, lengths, count)
         expect_stream_end(data, end + count, "entropy values")
-        if native.engine is not None and dtype == np.float32:
-            values = np.frombuffer(native.engine.dequantise(
-                np.ascontiguousarray(q, np.uint32), data, end, lo, step_size(lo, hi, levels)), np.float32)
-        else:
-            negative = read_fixed(data, end, count, 1).astype(bool)
-            values = dequantise(q, negative, lo, hi, levels, dtype)
-        return finite_output(values, self.codec_id)
+        negative = read_fixed(data, end, count, 1).astype(bool)
+        return finite_output(dequantise(q, negative, lo, hi, levels, dtype), self.codec_id)
