@@ -89,43 +89,49 @@ void each_gap(Span body, uint64_t count, Visit visit) {
     uint64_t code_end = 0;
     std::vector<uint32_t> symbols = huffman_decode(data.data, data.size, 0, lengths.data(),
                                                    lengths.size(), count, &code_end);
-    uint64_t low_bits = 0;
-    for (uint64_t i = 0; i < count; ++i) {
-        uint32_t length = symbols[i] >> extra;
-        if (length < 1 || length > 64) throw Error("huffman: bad gap length symbol");
-        low_bits += std::max<int>(static_cast<int>(length) - 1 - extra, 0);
+    // Per symbol, once: its gap less the low bits (2^(L-1) + top << width - 1) and the low
+    // bits' width (kBadSymbol for a bit length outside 1..64), so that each gap costs two
+    // lookups and an add where it cost the arithmetic.
+    constexpr uint8_t kBadSymbol = 0xFF;
+    std::vector<uint64_t> base(lengths.size(), 0);
+    std::vector<uint8_t> width_of(lengths.size(), kBadSymbol);
+    for (size_t symbol = 0; symbol < lengths.size(); ++symbol) {
+        int length = static_cast<int>(symbol >> extra);
+        if (length < 1 || length > 64) continue;
+        int width = std::max(length - 1 - extra, 0);
+        width_of[symbol] = static_cast<uint8_t>(width);
+        base[symbol] = (1ULL << (length - 1)) + ((symbol & ((1u << extra) - 1)) << width) - 1;
     }
-    if (code_end + low_bits > 8 * static_cast<uint64_t>(data.size))
-        throw Error("huffman gaps: raw bits truncated");
     BitReader bits(data.data, data.size, code_end);
-    const uint32_t top_mask = (1u << extra) - 1;
     // The raw low bits, most significant first, from a 56-bit window bit-reversed once
-    // (not once a field); a field wider than the window is read on its own.
+    // (not once a field); a field wider than the window is read on its own. Reads past the
+    // end give zeros; a stream that ran out is refused after the loop.
     constexpr int kWindow = 56;
     uint64_t reversed = reverse64(bits.peek());
     int used = 0;
     for (uint64_t i = 0; i < count; ++i) {
-        int length = static_cast<int>(symbols[i] >> extra);
-        int width = std::max(length - 1 - extra, 0);
-        uint64_t top = symbols[i] & top_mask;
-        uint64_t low = 0;
+        const uint32_t symbol = symbols[i];
+        const int width = width_of[symbol];
+        uint64_t low;
         if (width > kWindow) {
+            if (width == kBadSymbol) throw Error("huffman: bad gap length symbol");
             bits.skip(used);
             low = bits.field(width);
             reversed = reverse64(bits.peek());
             used = 0;
-        } else if (width) {
+        } else {  // no branch on width: a gap without low bits (width 0) shifts out to 0
             if (used + width > kWindow) {
                 bits.skip(used);
                 reversed = reverse64(bits.peek());
                 used = 0;
             }
-            low = (reversed << used) >> (64 - width);
+            low = ((reversed << used) >> 1) >> (63 - width);
             used += width;
         }
-        visit(i, (1ULL << (length - 1)) + (top << width) + low - 1);
+        visit(i, base[symbol] + low);
     }
     bits.skip(used);
+    if (bits.pos() > bits.total_bits()) throw Error("huffman gaps: raw bits truncated");
     expect_stream_end(data.size, bits.pos(), "huffman gaps");
 }
 
@@ -207,13 +213,18 @@ void entropy_values(const uint8_t* body, size_t nbytes, uint64_t count, float* o
     std::vector<uint32_t> q;
     if (count) q = huffman_decode(data.data, data.size, 0, lengths.data(), levels, count, &end);
     expect_stream_end(data.size, end + count, "entropy values");  // the sign bits end it
-    // sign * (lo + q * step) in double, as the numpy twin computes it, then float32
+    // sign * (lo + q * step) in double, as the numpy twin computes it, then float32: once a
+    // level (rounding is symmetric, so the sign can follow the cast)
     const double step = hi > lo ? (hi - lo) / static_cast<double>(levels - 1) : 1.0;
+    std::vector<float> level(levels);
+    for (uint64_t l = 0; l < levels; ++l) {
+        level[l] = static_cast<float>(lo + static_cast<double>(l) * step);
+        if (!std::isfinite(level[l])) throw Error("entropy values: the body decodes to NaN or Inf");
+    }
     for (uint64_t i = 0; i < count; ++i) {
         uint64_t bit = end + i;
-        double v = lo + static_cast<double>(q[i]) * step;
-        out[i] = static_cast<float>(((data.data[bit >> 3] >> (bit & 7)) & 1) ? -v : v);
-        if (!std::isfinite(out[i])) throw Error("entropy values: the body decodes to NaN or Inf");
+        float v = level[q[i]];
+        out[i] = ((data.data[bit >> 3] >> (bit & 7)) & 1) ? -v : v;
     }
 }
 

@@ -65,6 +65,7 @@ std::vector<uint64_t> read_fixed(const uint8_t* data, size_t nbytes, uint64_t st
 // Fields of the given widths (each <= 64) read one after another from bit `start`.
 std::vector<uint64_t> read_fields(const uint8_t* data, size_t nbytes, uint64_t start,
                                   const int64_t* widths, size_t n);
+constexpr size_t kMaxHuffmanAlphabet = 4096;  // huffman_code.MAX_ALPHABET (12-bit symbols)
 // Canonical Huffman decode of `count` symbols (lengths[s] = code length of symbol s, 0 if
 // unused, at most 15) from bit `start`; returns the symbols and sets *end to the bit after.
 std::vector<uint32_t> huffman_decode(const uint8_t* data, size_t nbytes, uint64_t start,

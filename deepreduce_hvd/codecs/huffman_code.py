@@ -14,6 +14,7 @@ from ..engine.bits import check_room, pack_fields, unpack_bits, varint_sizes
 from ..errors import DeepReduceError
 
 MAX_CODE_LENGTH = 15
+MAX_ALPHABET = 4096  # the native decoder's table holds 12-bit symbols
 
 
 def _tree_depths(weights):
@@ -126,6 +127,8 @@ def decode(data, start, lengths, count):
     """Decode `count` symbols from bit `start` of data -> (symbols, bit after the last);
     symbols are uint32 (native) or int64 (numpy)."""
     check_room(data, start, count, 1, "Huffman stream")
+    if lengths.size > MAX_ALPHABET:
+        raise DeepReduceError(f"Huffman alphabet over {MAX_ALPHABET} symbols")
     if count == 0:
         return np.zeros(0, dtype=np.int64), start
     if not lengths.any():
