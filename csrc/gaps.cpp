@@ -178,12 +178,13 @@ MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, i
 
 void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* values,
                  size_t count, float scale) {
-    for (size_t i = 0; i < count; ++i)
-        if (positions[i] < 0 || positions[i] >= n) throw Error("scatter: position out of range");
     constexpr size_t kAhead = 16;
     for (size_t i = 0; i < count; ++i) {
-        if (i + kAhead < count) __builtin_prefetch(dst + positions[i + kAhead], 1);
-        dst[positions[i]] += scale == 1.0f ? values[i] : values[i] * scale;
+        if (static_cast<uint64_t>(positions[i]) >= static_cast<uint64_t>(n))
+            throw Error("scatter: position out of range");
+        if (i + kAhead < count && static_cast<uint64_t>(positions[i + kAhead]) < static_cast<uint64_t>(n))
+            __builtin_prefetch(dst + positions[i + kAhead], 1);
+        dst[positions[i]] += values[i] * scale;
     }
 }
 
