@@ -224,7 +224,9 @@ def beside(fn, reference, repeats):
 def bench_hotpath(gradients, density, ranks=32, repeats=15):
     """One large real gradient, residual memory on: Pipeline.compress and the decoding of
     `ranks` payloads into one sum, each beside a plain copy of the tensor, alternately (and
-    the copy repeated alone, its 16 MB source left in the cache, for reference)."""
+    the copy repeated alone, its 16 MB source left in the cache, for reference). The sum is
+    decoded into a new array (as the TensorFlow wrapper receives it) and into one buffer
+    used again (`decode_into`: the torch wrapper writes it into the gradient itself)."""
     name, grad = largest_gradient(gradients)
     copy_alone_s = best_of(grad.copy, repeats)
     rows = []
@@ -237,10 +239,15 @@ def bench_hotpath(gradients, density, ranks=32, repeats=15):
         decode_s, decode_copy_s = beside(
             lambda: pipeline.decompress(gathered, grad.shape, "float32", ranks), grad.copy,
             max(3, repeats // 2))
+        buffer = np.empty_like(grad)
+        into_s, into_copy_s = beside(
+            lambda: pipeline.decompress(gathered, grad.shape, "float32", ranks, out=buffer),
+            grad.copy, max(3, repeats // 2))
         rows.append({"pipeline": f"{index}+{value}", "compress_ms": 1e3 * compress_s,
                      "compress_copy_ms": 1e3 * compress_copy_s,
                      "compress_x_copy": compress_s / compress_copy_s, "decode_ms": 1e3 * decode_s,
                      "decode_copy_ms": 1e3 * decode_copy_s, "decode_x_copy": decode_s / decode_copy_s,
+                     "decode_into_ms": 1e3 * into_s, "decode_into_x_copy": into_s / into_copy_s,
                      "bits_per_element": 8 * (len(frames[-1]) - 21) / max(1, round(density * grad.size))})
     return {"tensor": name, "shape": list(grad.shape), "density": density, "ranks": ranks,
             "copy_alone_ms": 1e3 * copy_alone_s, "rows": rows}

@@ -290,7 +290,10 @@ def test_native_body_decoders_equal_their_numpy_twins(data):
     from deepreduce_hvd.codecs.index import huffman, matrix
     from deepreduce_hvd.codecs.index.gaps import to_gaps
     rows, cols = data.draw(st.integers(2, 40)), data.draw(st.integers(2, 40))
+    rows, cols = (rows * 4, cols * 8) if data.draw(st.booleans()) else (rows, cols)
     picks = data.draw(st.lists(st.integers(0, rows * cols - 1), min_size=1, max_size=400))
+    if rows * cols > 4000 and data.draw(st.booleans()):  # enough for the widest decoding table
+        picks += list(np.random.default_rng(len(picks)).choice(rows * cols, 2100, replace=False))
     indices = np.unique(np.array(picks, np.int64))
     transpose = data.draw(st.integers(0, 1))
     bodies = {"matrix": matrix.MatrixPlan(indices, rows, cols, transpose).body(),

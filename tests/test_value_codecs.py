@@ -310,10 +310,12 @@ def test_native_huffman_pack_equals_its_numpy_twin(seed):
 @given(data=st.data())
 def test_native_entropy_value_body_equals_its_numpy_twin(data):
     """The engine decodes an entropy value body in one call (csrc/bodies.cpp): on intact and
-    damaged bodies and miscounted headers, bit-equal values or a DeepReduceError from both."""
+    damaged bodies and miscounted headers, bit-equal values or a DeepReduceError from both.
+    From 2,048 values on, the decoder's table spans 11 bits whatever the code lengths."""
     from conftest import damage, on_both_engines
     from deepreduce_hvd.codecs.value.entropy import EntropyValue
-    seed, count = data.draw(st.integers(0, 2**32 - 1)), data.draw(st.integers(0, 300))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    count = data.draw(st.one_of(st.integers(0, 40), st.integers(2040, 5000)))
     values = (np.random.default_rng(seed).standard_normal(count) * 10.0**data.draw(
         st.integers(-30, 30))).astype(np.float32)
     codec = EntropyValue(max_error=data.draw(st.sampled_from([0.5, 0.04, 0.001])))
