@@ -129,12 +129,14 @@ MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, i
     const int64_t size = rows * cols;
     const int64_t lines_total = transpose ? cols : rows, others_total = transpose ? rows : cols;
     std::vector<int64_t> line(count), rank(count), per_other(others_total, 0);
+    bool grouped = true;  // every line's elements already together, lines ascending
     for (size_t i = 0; i < count; ++i) {
         if (indices[i] < 0 || indices[i] >= size) throw Error("matrix coding: position out of range");
         int64_t row = indices[i] / cols, col = indices[i] - row * cols;
         line[i] = transpose ? col : row;
         rank[i] = transpose ? row : col;  // the other axis' index until ranked below
         ++per_other[rank[i]];
+        grouped = grouped && (i == 0 || line[i] >= line[i - 1]);
     }
     MatrixCoding out;
     for (int64_t c = 0; c < others_total; ++c)
@@ -144,34 +146,46 @@ MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, i
     std::vector<int64_t>& rank_of = per_other;  // its counts are no longer needed
     for (size_t r = 0; r < out.ranked.size(); ++r) rank_of[out.ranked[r]] = static_cast<int64_t>(r);
     for (size_t i = 0; i < count; ++i) rank[i] = rank_of[rank[i]];
-    // two stable counting passes: by rank, then by line
-    const size_t nranked = out.ranked.size();
-    std::vector<int64_t> by_rank(count), starts(std::max<size_t>(lines_total, nranked) + 1, 0);
-    for (size_t i = 0; i < count; ++i) ++starts[rank[i] + 1];
-    for (size_t r = 0; r < nranked; ++r) starts[r + 1] += starts[r];
-    for (size_t i = 0; i < count; ++i) by_rank[starts[rank[i]]++] = static_cast<int64_t>(i);
-    std::fill(starts.begin(), starts.begin() + lines_total + 1, 0);
-    for (size_t i = 0; i < count; ++i) ++starts[line[i] + 1];
-    for (int64_t j = 0; j < lines_total; ++j) starts[j + 1] += starts[j];
-    out.order.resize(count);
-    for (size_t i = 0; i < count; ++i) {
-        int64_t e = by_rank[i];
-        out.order[starts[line[e]]++] = e;
+    // The elements line by line (a stable counting pass unless they already are: a row-major
+    // orientation of sorted positions), then each line's in rank order from a bitmap of its
+    // ranks: one pass and a word per 64 ranks a line, where two counting passes scattered
+    // every element twice.
+    std::vector<int64_t> by_line;
+    if (!grouped) {
+        std::vector<int64_t> starts(lines_total + 1, 0);
+        for (size_t i = 0; i < count; ++i) ++starts[line[i] + 1];
+        for (int64_t j = 0; j < lines_total; ++j) starts[j + 1] += starts[j];
+        by_line.resize(count);
+        for (size_t i = 0; i < count; ++i) by_line[starts[line[i]]++] = static_cast<int64_t>(i);
     }
-    out.steps.resize(count);
-    int64_t previous_line = -1, previous_rank = -1;
-    for (size_t i = 0; i < count; ++i) {
-        int64_t e = out.order[i];
-        if (line[e] != previous_line) {
-            out.lines.push_back(line[e]);
-            out.counts_less_one.push_back(0);
-            previous_line = line[e];
-            previous_rank = -1;
-        } else {
-            ++out.counts_less_one.back();
+    auto element = [&](size_t at) { return grouped ? static_cast<int64_t>(at) : by_line[at]; };
+    const size_t nranked = out.ranked.size();
+    std::vector<uint64_t> bits((nranked + 63) / 64, 0);
+    std::vector<int64_t> slot(nranked);
+    out.order.reserve(count);
+    out.steps.reserve(count);
+    for (size_t at = 0; at < count;) {
+        const int64_t this_line = line[element(at)];
+        size_t first_word = bits.size(), last_word = 0, n = 0;
+        for (; at < count && line[element(at)] == this_line; ++at, ++n) {
+            int64_t e = element(at), r = rank[e];
+            slot[r] = e;
+            bits[r >> 6] |= 1ULL << (r & 63);
+            first_word = std::min<size_t>(first_word, r >> 6);
+            last_word = std::max<size_t>(last_word, r >> 6);
         }
-        out.steps[i] = static_cast<uint64_t>(rank[e] - previous_rank - 1);
-        previous_rank = rank[e];
+        out.lines.push_back(this_line);
+        out.counts_less_one.push_back(n - 1);
+        int64_t previous_rank = -1;
+        for (size_t w = first_word; w <= last_word; ++w) {
+            for (uint64_t word = bits[w]; word; word &= word - 1) {
+                int64_t r = static_cast<int64_t>(64 * w) + __builtin_ctzll(word);
+                out.order.push_back(slot[r]);
+                out.steps.push_back(static_cast<uint64_t>(r - previous_rank - 1));
+                previous_rank = r;
+            }
+            bits[w] = 0;
+        }
     }
     return out;
 }
