@@ -1,6 +1,6 @@
 // Whole bodies of the entropy codecs decoded in one call: the matrix model's and the Huffman
 // gap code's positions, the entropy value codec's values. Python parsed these bodies between
-// a dozen kernel calls (about a fifth of a 42k-element payload's decode, all of it under the
+// a dozen kernel calls (over a third of a 42k-element payload's decode, all of it under the
 // GIL, so a pool of decoding threads queued on it); here the parse, every check and the
 // kernels run in one released call. Mirrors deepreduce_hvd/codecs/index/{huffman,matrix}.py
 // and codecs/value/entropy.py, which hold the numpy twins: the same results, and the same

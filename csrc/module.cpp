@@ -286,15 +286,24 @@ PyObject* matrix_coding(PyObject*, PyObject* args) {
     return Py_BuildValue("NNNNN", parts[0], parts[1], parts[2], parts[3], parts[4]);
 }
 
-// A bytearray of `count` items for a body decoder to fill; a DeepReduceError instead when
-// the body's bytes could not hold that many (at least bits_each bits an item), so a hostile
+// A bytearray of `count` items of T filled by fill(T*) with the GIL released (a body
+// decoder writing straight into what Python receives); a DeepReduceError instead when the
+// body's bytes could not hold that many (at least bits_each bits an item), so a hostile
 // count never sizes an allocation.
-PyObject* room_for(const Buffer& body, uint64_t count, uint64_t bits_each, size_t itemsize) {
+template <typename T, typename Fill>
+PyObject* decoded_into(const Buffer& body, uint64_t count, uint64_t bits_each, Fill fill) {
     if (count > 8 * static_cast<uint64_t>(body.count(1)) / bits_each) {
         PyErr_SetString(deepreduce_error, "body holds fewer bits than its count needs");
         return nullptr;
     }
-    return PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(count * itemsize));
+    PyObject* out = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(count * sizeof(T)));
+    if (!out) return nullptr;
+    T* items = reinterpret_cast<T*>(PyByteArray_AS_STRING(out));
+    if (!run_released([&] { fill(items); })) {
+        Py_DECREF(out);
+        return nullptr;
+    }
+    return out;
 }
 
 PyObject* gap_positions(PyObject*, PyObject* args) {
@@ -304,14 +313,9 @@ PyObject* gap_positions(PyObject*, PyObject* args) {
     if (!PyArg_ParseTuple(args, "OKL", &body_obj, &count, &size)) return nullptr;
     Buffer body;
     if (!body.get(body_obj, false, 1, "body")) return nullptr;
-    PyObject* out = room_for(body, count, 1, 8);
-    if (!out) return nullptr;
-    auto* positions = reinterpret_cast<int64_t*>(PyByteArray_AS_STRING(out));
-    if (!run_released([&] { dr::gap_positions(body.as<uint8_t>(), body.count(1), count, size, positions); })) {
-        Py_DECREF(out);
-        return nullptr;
-    }
-    return out;
+    return decoded_into<int64_t>(body, count, 1, [&](int64_t* out) {
+        dr::gap_positions(body.as<uint8_t>(), body.count(1), count, size, out);
+    });
 }
 
 PyObject* matrix_decode(PyObject*, PyObject* args) {
@@ -323,17 +327,9 @@ PyObject* matrix_decode(PyObject*, PyObject* args) {
         return nullptr;
     Buffer body;
     if (!body.get(body_obj, false, 1, "body")) return nullptr;
-    PyObject* out = room_for(body, count, 1, 8);
-    if (!out) return nullptr;
-    auto* positions = reinterpret_cast<int64_t*>(PyByteArray_AS_STRING(out));
-    if (!run_released([&] {
-            dr::matrix_decode(body.as<uint8_t>(), body.count(1), count, rows, cols, transpose,
-                              positions);
-        })) {
-        Py_DECREF(out);
-        return nullptr;
-    }
-    return out;
+    return decoded_into<int64_t>(body, count, 1, [&](int64_t* out) {
+        dr::matrix_decode(body.as<uint8_t>(), body.count(1), count, rows, cols, transpose, out);
+    });
 }
 
 PyObject* entropy_values(PyObject*, PyObject* args) {
@@ -342,14 +338,9 @@ PyObject* entropy_values(PyObject*, PyObject* args) {
     if (!PyArg_ParseTuple(args, "OK", &body_obj, &count)) return nullptr;
     Buffer body;
     if (!body.get(body_obj, false, 1, "body")) return nullptr;
-    PyObject* out = room_for(body, count, 2, 4);
-    if (!out) return nullptr;
-    auto* values = reinterpret_cast<float*>(PyByteArray_AS_STRING(out));
-    if (!run_released([&] { dr::entropy_values(body.as<uint8_t>(), body.count(1), count, values); })) {
-        Py_DECREF(out);
-        return nullptr;
-    }
-    return out;
+    return decoded_into<float>(body, count, 2, [&](float* out) {
+        dr::entropy_values(body.as<uint8_t>(), body.count(1), count, out);
+    });
 }
 
 PyObject* scatter_add(PyObject*, PyObject* args) {

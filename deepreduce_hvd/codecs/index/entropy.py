@@ -11,8 +11,7 @@ from ...errors import DeepReduceError
 from ...wire.bytestream import ByteReader
 from ..base import IndexCodec, IndexEncoding
 from ..registry import register
-from . import matrix
-from . import golomb, huffman
+from . import golomb, huffman, matrix
 from .gaps import to_gaps
 
 _HUFFMAN, _RICE, _MATRIX = 0, 1, 2
