@@ -5,6 +5,7 @@
 // kernels run in one released call. Mirrors deepreduce_hvd/codecs/index/{huffman,matrix}.py
 // and codecs/value/entropy.py, which hold the numpy twins: the same results, and the same
 // refusals (dr::Error where they raise DeepReduceError).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -179,9 +180,10 @@ void matrix_decode(const uint8_t* body, size_t nbytes, uint64_t count, int64_t r
     Span section = in.section();
     std::vector<uint64_t> ranked = read_fixed(section.data, section.size, 0, nranked, width);
     expect_stream_end(section.size, nranked * width, "matrix ranked columns");
-    std::vector<uint8_t> seen(static_cast<size_t>(others_total), 0);
-    for (uint64_t column : ranked)
-        if (column >= static_cast<uint64_t>(others_total) || seen[column]++)
+    std::vector<uint64_t> sorted(ranked);  // memory of the body's size, not the tensor's side
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t r = 0; r < sorted.size(); ++r)
+        if (sorted[r] >= static_cast<uint64_t>(others_total) || (r && sorted[r] == sorted[r - 1]))
             throw Error("matrix indices: ranked columns out of range or repeated");
     // every line's ranks advance by step + 1 from -1; rank r is column ranked[r]
     uint64_t line = 0, left = nlines ? counts[0] : 0, rank = ~0ULL;

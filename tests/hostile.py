@@ -127,7 +127,23 @@ CASES = {
     "dexp_overflow": lambda: payload((100,), 4, "raw", np.arange(4, dtype="<i4").tobytes(), "dexp",
                                      ByteWriter().varint(2).raw(np.array([1e30, 80, 0, 0, 1e30, 80, 0, 0],
                                                                          "<f4").tobytes()).getvalue()),
+    # the entropy codec's matrix model over a 2 x 2^30 grid, two elements: checking its ranked
+    # columns must cost what the body holds, not the grid's side
+    "matrix_wide_grid": lambda: (payload((2, 1 << 30), 2, "entropy", matrix_body(1 << 30, [0, 5]),
+                                         "raw", bytes(8)), 1 << 31),
 }
+
+
+def matrix_body(cols, ranked):
+    """An entropy index body in matrix mode (rows ranked by columns): one line, row 0, holding
+    the columns `ranked` (ascending)."""
+    from deepreduce_hvd.codecs.index.huffman import GapStats
+    from deepreduce_hvd.engine.bits import pack_fixed
+    gaps = lambda values: GapStats(np.array(values, np.uint64)).encode(0)  # noqa: E731
+    body = (ByteWriter().varint(1).varint(len(ranked)).section(gaps([0]))
+            .section(gaps([len(ranked) - 1]))
+            .section(pack_fixed(np.array(ranked, np.uint64), int(cols - 1).bit_length())))
+    return bytes([2, 0]) + body.raw(gaps([0] * len(ranked))).getvalue()
 
 
 def measure(name, native=True, timeout=60):

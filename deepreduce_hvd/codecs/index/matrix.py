@@ -116,8 +116,7 @@ def decode(body, count, rows, cols, transpose):
     section = reader.section()
     ranked = read_fixed(section, 0, nranked, width).astype(np.int64)
     expect_stream_end(section, nranked * width, "matrix ranked columns")
-    if nranked and (ranked.max() >= others_total
-                    or np.bincount(ranked, minlength=others_total).max() > 1):
+    if nranked and (ranked.max() >= others_total or np.unique(ranked).size < nranked):
         raise DeepReduceError("matrix indices: ranked columns out of range or repeated")
     steps = _below(decode_gaps(reader.rest(), count), nranked) + 1
     if not count:
