@@ -25,6 +25,9 @@ inline void expect_stream_end(size_t nbytes, uint64_t end, const char* what) {
     if ((end + 7) / 8 != nbytes) throw Error(std::string(what) + ": bytes after the stream");
 }
 
+// Bits needed for v (0 -> 0).
+inline int bit_length(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
+
 inline uint64_t reverse64(uint64_t x) {
     x = ((x >> 1) & 0x5555555555555555ULL) | ((x & 0x5555555555555555ULL) << 1);
     x = ((x >> 2) & 0x3333333333333333ULL) | ((x & 0x3333333333333333ULL) << 2);

@@ -176,7 +176,7 @@ void matrix_decode(const uint8_t* body, size_t nbytes, uint64_t count, int64_t r
         if (total > count) throw Error("matrix indices: line counts disagree with the header");
     });
     if (total != count) throw Error("matrix indices: line counts disagree with the header");
-    const int width = 64 - __builtin_clzll(static_cast<uint64_t>(others_total - 1));
+    const int width = bit_length(static_cast<uint64_t>(others_total - 1));
     Span section = in.section();
     std::vector<uint64_t> ranked = read_fixed(section.data, section.size, 0, nranked, width);
     expect_stream_end(section.size, nranked * width, "matrix ranked columns");

@@ -1,6 +1,7 @@
 // Gap codes, element by element: the histogram the Huffman gap coder sizes its choices from,
-// and the packing of the chosen code (bodies.cpp decodes whole bodies). The model (which extra bits, which code
-// lengths) is chosen in deepreduce_hvd/index/huffman.py, which has numpy twins of these.
+// and the packing of the chosen code (bodies.cpp decodes whole bodies). The model (which
+// extra bits, which code lengths) is chosen in deepreduce_hvd/index/huffman.py, which has
+// numpy twins of these.
 #include <algorithm>
 #include <cstring>
 
@@ -9,8 +10,6 @@
 
 namespace dr {
 namespace {
-
-inline int bit_length(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
 
 // v = gap + 1 (wrapping only for the impossible gap 2^64 - 1), its length and extra-bit symbol.
 struct GapParts {
