@@ -76,85 +76,121 @@ std::vector<uint8_t> read_table(ByteCursor& in, uint64_t alphabet) {
     return lengths;
 }
 
-// The `count` gaps of a Huffman gap body (huffman.decode_gaps: extra-bits byte, table, then
-// every code, then every gap's raw low bits), each handed to visit(i, gap) in order: callers
-// turn them into positions as they come, with no array of gaps between.
-template <typename Visit>
-void each_gap(Span body, uint64_t count, Visit visit) {
-    ByteCursor in(body, "huffman gaps");
-    const int extra = in.u8();
-    if (extra > kGapTop) throw Error("huffman: bad extra bit count");
-    std::vector<uint8_t> lengths = read_table(in, static_cast<uint64_t>(kGapLengths) << extra);
-    Span data = in.rest();
-    check_room(data.size, 0, count, 1, "huffman gaps");
-    uint64_t code_end = 0;
-    std::vector<uint32_t> symbols = huffman_decode(data.data, data.size, 0, lengths.data(),
-                                                   lengths.size(), count, &code_end);
-    // Per symbol, once: its gap less the low bits (2^(L-1) + top << width - 1) and the low
-    // bits' width (kBadSymbol for a bit length outside 1..64), so that each gap costs two
-    // lookups and an add where it cost the arithmetic.
-    constexpr uint8_t kBadSymbol = 0xFF;
-    std::vector<uint64_t> base(lengths.size(), 0);
-    std::vector<uint8_t> width_of(lengths.size(), kBadSymbol);
-    for (size_t symbol = 0; symbol < lengths.size(); ++symbol) {
-        int length = static_cast<int>(symbol >> extra);
-        if (length < 1 || length > 64) continue;
-        int width = std::max(length - 1 - extra, 0);
-        width_of[symbol] = static_cast<uint8_t>(width);
-        base[symbol] = (1ULL << (length - 1)) + ((symbol & ((1u << extra) - 1)) << width) - 1;
+// The gaps of a Huffman gap body (huffman.decode_gaps: extra-bits byte, table, then every
+// code, then every gap's raw low bits), read one at a time by next(): callers turn them into
+// positions as they come, with no array of gaps between. finish() checks the stream's end.
+class GapStream {
+  public:
+    GapStream(Span body, uint64_t count) {
+        ByteCursor in(body, "huffman gaps");
+        const int extra = in.u8();
+        if (extra > kGapTop) throw Error("huffman: bad extra bit count");
+        std::vector<uint8_t> lengths = read_table(in, static_cast<uint64_t>(kGapLengths) << extra);
+        Span data = in.rest();
+        check_room(data.size, 0, count, 1, "huffman gaps");
+        uint64_t code_end = 0;
+        symbols_ = huffman_decode(data.data, data.size, 0, lengths.data(), lengths.size(), count,
+                                  &code_end);
+        // Per symbol, once: its gap less the low bits (2^(L-1) + top << width - 1) and the
+        // low bits' width (kBadSymbol for a bit length outside 1..64), so that each gap costs
+        // two lookups and an add where it cost the arithmetic.
+        base_.assign(lengths.size(), 0);
+        width_.assign(lengths.size(), kBadSymbol);
+        for (size_t symbol = 0; symbol < lengths.size(); ++symbol) {
+            int length = static_cast<int>(symbol >> extra);
+            if (length < 1 || length > 64) continue;
+            int width = std::max(length - 1 - extra, 0);
+            width_[symbol] = static_cast<uint8_t>(width);
+            base_[symbol] = (1ULL << (length - 1)) + ((symbol & ((1u << extra) - 1)) << width) - 1;
+        }
+        data_ = data;
+        bits_ = BitReader(data.data, data.size, code_end);
+        reversed_ = reverse64(bits_.peek());
     }
-    BitReader bits(data.data, data.size, code_end);
-    // The raw low bits, most significant first, from a 56-bit window bit-reversed once
-    // (not once a field); a field wider than the window is read on its own. Reads past the
-    // end give zeros; a stream that ran out is refused after the loop.
-    constexpr int kWindow = 56;
-    uint64_t reversed = reverse64(bits.peek());
-    int used = 0;
-    for (uint64_t i = 0; i < count; ++i) {
-        const uint32_t symbol = symbols[i];
-        const int width = width_of[symbol];
+
+    // The next gap (count of them in all). The raw low bits, most significant first, come
+    // from a 56-bit window bit-reversed once (not once a field); a field wider than the
+    // window is read on its own. Reads past the end give zeros; finish() refuses a stream
+    // that ran out.
+    uint64_t next() {
+        const uint32_t symbol = symbols_[at_++];
+        const int width = width_[symbol];
         uint64_t low;
         if (width > kWindow) {
             if (width == kBadSymbol) throw Error("huffman: bad gap length symbol");
-            bits.skip(used);
-            low = bits.field(width);
-            reversed = reverse64(bits.peek());
-            used = 0;
+            bits_.skip(used_);
+            low = bits_.field(width);
+            reversed_ = reverse64(bits_.peek());
+            used_ = 0;
         } else {  // no branch on width: a gap without low bits (width 0) shifts out to 0
-            if (used + width > kWindow) {
-                bits.skip(used);
-                reversed = reverse64(bits.peek());
-                used = 0;
+            if (used_ + width > kWindow) {
+                bits_.skip(used_);
+                reversed_ = reverse64(bits_.peek());
+                used_ = 0;
             }
-            low = ((reversed << used) >> 1) >> (63 - width);
-            used += width;
+            low = ((reversed_ << used_) >> 1) >> (63 - width);
+            used_ += width;
         }
-        visit(i, base[symbol] + low);
+        return base_[symbol] + low;
     }
-    bits.skip(used);
-    if (bits.pos() > bits.total_bits()) throw Error("huffman gaps: raw bits truncated");
-    expect_stream_end(data.size, bits.pos(), "huffman gaps");
-}
 
-// gaps.from_gaps as a visitor: ascending positions below size, written to out.
-struct Positions {
-    int64_t* out;
-    int64_t size;
+    void finish() {
+        bits_.skip(used_);
+        used_ = 0;
+        if (bits_.pos() > bits_.total_bits()) throw Error("huffman gaps: raw bits truncated");
+        expect_stream_end(data_.size, bits_.pos(), "huffman gaps");
+    }
+
+  private:
+    static constexpr uint8_t kBadSymbol = 0xFF;
+    static constexpr int kWindow = 56;
+    std::vector<uint32_t> symbols_;
+    std::vector<uint64_t> base_;
+    std::vector<uint8_t> width_;
+    Span data_{nullptr, 0};
+    BitReader bits_{nullptr, 0, 0};
+    uint64_t reversed_ = 0;
+    size_t at_ = 0;
+    int used_ = 0;
+};
+
+// gaps.from_gaps: the `count` gaps of a body as ascending positions below size, into out.
+void read_positions(Span body, uint64_t count, int64_t size, int64_t* out) {
+    GapStream gaps(body, count);
     uint64_t next = 0;  // the lowest position the next gap can lead to
-    void operator()(uint64_t i, uint64_t gap) {
-        if (gap >= static_cast<uint64_t>(size) - next)
-            throw Error("decoded position outside the tensor");
+    for (uint64_t i = 0; i < count; ++i) {
+        uint64_t gap = gaps.next();
+        if (gap >= static_cast<uint64_t>(size) - next) throw Error("decoded position outside the tensor");
         next += gap + 1;
         out[i] = static_cast<int64_t>(next - 1);
     }
-};
+    gaps.finish();
+}
+
+// Ranked columns inside the axis and distinct, in memory of the body's size (not the tensor's
+// side): a bitmap of the axis where it has no more bits than the body, else a sorted copy.
+void check_ranked(const std::vector<uint64_t>& ranked, uint64_t others_total, size_t body_bytes) {
+    auto refuse = [] { throw Error("matrix indices: ranked columns out of range or repeated"); };
+    if (others_total <= 8 * static_cast<uint64_t>(body_bytes)) {
+        std::vector<uint64_t> seen((others_total + 63) / 64, 0);
+        for (uint64_t c : ranked) {
+            if (c >= others_total || (seen[c >> 6] >> (c & 63) & 1)) refuse();
+            seen[c >> 6] |= 1ULL << (c & 63);
+        }
+        return;
+    }
+    std::vector<uint64_t> sorted(ranked);
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t r = 0; r < sorted.size(); ++r)
+        if (sorted[r] >= others_total || (r && sorted[r] == sorted[r - 1])) refuse();
+}
 
 }  // namespace
 
 void gap_positions(const uint8_t* body, size_t nbytes, uint64_t count, int64_t size,
                    int64_t* out) {
     if (size < 0) throw Error("huffman gaps: negative tensor size");
-    each_gap({body, nbytes}, count, Positions{out, size});
+    read_positions({body, nbytes}, count, size, out);
 }
 
 void matrix_decode(const uint8_t* body, size_t nbytes, uint64_t count, int64_t rows,
@@ -166,38 +202,43 @@ void matrix_decode(const uint8_t* body, size_t nbytes, uint64_t count, int64_t r
     uint64_t nranked = in.varint(std::min<uint64_t>(others_total, count));
     if (count && !(nlines && nranked))
         throw Error("matrix indices: no lines or columns for a non-empty selection");
-    std::vector<int64_t> lines(nlines), counts(nlines);
-    each_gap(in.section(), nlines, Positions{lines.data(), lines_total});
+    std::vector<int64_t> lines(nlines);
+    read_positions(in.section(), nlines, lines_total, lines.data());
+    std::vector<uint64_t> counts(nlines);
+    GapStream less_one(in.section(), nlines);
     uint64_t total = 0;  // each count is at most nranked <= count: no overflow before the check
-    each_gap(in.section(), nlines, [&](uint64_t j, uint64_t less_one) {
-        if (less_one >= nranked) throw Error("matrix indices: a count or gap beyond the ranked columns");
-        counts[j] = static_cast<int64_t>(less_one) + 1;
-        total += less_one + 1;
+    for (uint64_t j = 0; j < nlines; ++j) {
+        counts[j] = less_one.next() + 1;
+        if (counts[j] > nranked) throw Error("matrix indices: a count or gap beyond the ranked columns");
+        total += counts[j];
         if (total > count) throw Error("matrix indices: line counts disagree with the header");
-    });
+    }
+    less_one.finish();
     if (total != count) throw Error("matrix indices: line counts disagree with the header");
     const int width = bit_length(static_cast<uint64_t>(others_total - 1));
     Span section = in.section();
     std::vector<uint64_t> ranked = read_fixed(section.data, section.size, 0, nranked, width);
     expect_stream_end(section.size, nranked * width, "matrix ranked columns");
-    std::vector<uint64_t> sorted(ranked);  // memory of the body's size, not the tensor's side
-    std::sort(sorted.begin(), sorted.end());
-    for (size_t r = 0; r < sorted.size(); ++r)
-        if (sorted[r] >= static_cast<uint64_t>(others_total) || (r && sorted[r] == sorted[r - 1]))
-            throw Error("matrix indices: ranked columns out of range or repeated");
+    check_ranked(ranked, static_cast<uint64_t>(others_total), nbytes);
+    // Each rank's and each line's share of a flat position, so that an element costs a
+    // lookup and an add: line * cols + column, or column * cols + line when transposed.
+    std::vector<int64_t> of_rank(nranked), of_line(nlines);
+    for (uint64_t r = 0; r < nranked; ++r)
+        of_rank[r] = transpose ? static_cast<int64_t>(ranked[r]) * cols : static_cast<int64_t>(ranked[r]);
+    for (uint64_t j = 0; j < nlines; ++j) of_line[j] = transpose ? lines[j] : lines[j] * cols;
     // every line's ranks advance by step + 1 from -1; rank r is column ranked[r]
-    uint64_t line = 0, left = nlines ? counts[0] : 0, rank = ~0ULL;
-    each_gap(in.rest(), count, [&](uint64_t i, uint64_t step) {
-        if (!left) {  // counts are at least 1 and sum to count: a next line exists
-            left = counts[++line];
-            rank = ~0ULL;
+    GapStream steps(in.rest(), count);
+    for (uint64_t j = 0; j < nlines; ++j) {
+        const int64_t line = of_line[j];
+        uint64_t next = 0;  // the lowest rank the next step can lead to
+        for (uint64_t left = counts[j]; left; --left) {
+            uint64_t step = steps.next();
+            if (step >= nranked - next) throw Error("matrix indices: rank beyond the ranked columns");
+            next += step + 1;
+            *out++ = line + of_rank[next - 1];
         }
-        --left;
-        if (step >= nranked - (rank + 1)) throw Error("matrix indices: rank beyond the ranked columns");
-        rank += step + 1;
-        int64_t other = static_cast<int64_t>(ranked[rank]);
-        out[i] = transpose ? other * cols + lines[line] : lines[line] * cols + other;
-    });
+    }
+    steps.finish();
 }
 
 void entropy_values(const uint8_t* body, size_t nbytes, uint64_t count, float* out) {

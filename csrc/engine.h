@@ -105,6 +105,12 @@ struct MatrixCoding {
 };
 MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, int64_t cols,
                            bool transpose);
+// Both orientations' sizes without their coding: per orientation (transpose 0, then 1) the
+// number of lines and of ranked units, then the gap histograms (as gap_histogram) of the line
+// gaps, the counts - 1 and the rank steps that matrix_coding would make. Positions ascending.
+constexpr size_t kMatrixHistogram = 2 + 3 * (kGapLengths << kGapTop);
+std::vector<int64_t> matrix_histograms(const int64_t* indices, size_t count, int64_t rows,
+                                       int64_t cols);
 // ---- whole entropy-codec bodies (bodies.cpp), each as its numpy twin decodes it ----
 constexpr uint64_t kMaxEntropyLevels = 4096;  // value/entropy.py's MAX_LEVELS
 // Each writes `count` items to out; the caller makes room only after checking that count

@@ -264,6 +264,20 @@ PyObject* rice_pack(PyObject*, PyObject* args) {
     return to_bytearray(out);
 }
 
+PyObject* matrix_histograms(PyObject*, PyObject* args) {
+    PyObject* indices_obj;
+    long long rows, cols;
+    if (!PyArg_ParseTuple(args, "OLL", &indices_obj, &rows, &cols)) return nullptr;
+    Buffer indices;
+    if (!indices.get(indices_obj, false, 8, "indices")) return nullptr;
+    std::vector<int64_t> out;
+    if (!run_released([&] {
+            out = dr::matrix_histograms(indices.as<int64_t>(), indices.count(8), rows, cols);
+        }))
+        return nullptr;
+    return to_bytearray(out);
+}
+
 PyObject* matrix_coding(PyObject*, PyObject* args) {
     PyObject* indices_obj;
     long long rows, cols;
@@ -566,6 +580,9 @@ PyMethodDef methods[] = {
     {"gap_pack", gap_pack, METH_VARARGS,
      "gap_pack(u64 gaps, extra, u64 codes, u8 lengths) -> bytes"},
     {"rice_pack", rice_pack, METH_VARARGS, "rice_pack(u64 gaps, r) -> bytes"},
+    {"matrix_histograms", matrix_histograms, METH_VARARGS,
+     "matrix_histograms(i64 ascending positions, rows, cols) -> i64 [2 x (lines, ranked, "
+     "3 gap histograms)]"},
     {"matrix_coding", matrix_coding, METH_VARARGS,
      "matrix_coding(i64 sorted positions, rows, cols, transpose) -> (i64 order, i64 ranked, "
      "i64 lines, u64 counts - 1, u64 rank steps)"},

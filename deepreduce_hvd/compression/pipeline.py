@@ -439,18 +439,21 @@ class Pipeline:
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(f"rank {frame.rank} could not encode this tensor: "
                                       f"{bytes(frame.payload).decode(errors='replace')}")
+        nonfinite = any(frame.kind == frames.NONFINITE for frame in received)
+        # a pool starts decoding here, while this thread clears the sum
+        decoded = () if nonfinite else decode_all([frame.payload for frame in received], shape,
+                                                  dtype_name)
         if out is None:
             total = np.zeros(math.prod(shape), dtype=np.float32)
         else:
             total = out.reshape(-1)
             total.fill(0.0)
         positions = None
-        if any(frame.kind == frames.NONFINITE for frame in received):
+        if nonfinite:
             total[:] = np.nan
         else:
             arrived = []
-            for values, indices in decode_all([frame.payload for frame in received], shape,
-                                              dtype_name):
+            for values, indices in decoded:
                 scatter_add(total, indices, values, scale)
                 arrived.append(indices)
             if self.density.adaptive or self.momentum is not None:  # the only readers

@@ -32,10 +32,10 @@ class EntropyIndex(IndexCodec):
         nbytes = 1 + min(plan_bytes, rice_bytes)  # the mode byte, and the smaller gap code
         dims = matrix.grid(shape, size)
         if dims and indices.size >= matrix.MIN_COUNT:
-            plans = [matrix.MatrixPlan(indices, *dims, transpose) for transpose in (0, 1)]
-            transpose = min((0, 1), key=lambda t: plans[t].nbytes)
-            plan = plans[transpose]
-            if plan.nbytes + 2 < nbytes:
+            sizes = matrix.sizes(indices, *dims)
+            transpose = min((0, 1), key=lambda t: sizes[t][0])
+            if sizes[transpose][0] + 2 < nbytes:
+                plan = matrix.MatrixPlan(indices, *dims, transpose, sizes[transpose][1])
                 return IndexEncoding(bytes([_MATRIX, transpose]) + plan.body(),
                                      indices[plan.order], plan.order)
         if plan_bytes < rice_bytes:

@@ -26,9 +26,15 @@ _TOP = 3  # the histogram keeps this many bits below each value's leading one
 class GapStats:
     """Gaps and their (bit length of gap + 1, top three bits below its leading one) histogram."""
 
-    def __init__(self, gaps):
-        self.gaps = np.ascontiguousarray(gaps, dtype=np.uint64)
-        if native.engine is not None:
+    CELLS = (_MAX_LENGTH + 1) << _TOP  # the histogram's size
+
+    def __init__(self, gaps, hist=None):
+        """hist: the gaps' histogram where it is known already (the matrix model's sizing);
+        gaps None then sizes the plans only (encode needs the gaps)."""
+        self.gaps = None if gaps is None else np.ascontiguousarray(gaps, dtype=np.uint64)
+        if hist is not None:
+            self.hist = np.asarray(hist, np.int64)
+        elif native.engine is not None:
             self.hist = np.frombuffer(native.engine.gap_histogram(self.gaps), np.int64)
         else:
             v = self.gaps + np.uint64(1)
@@ -37,8 +43,7 @@ class GapStats:
             right = v >> np.maximum(shift, 0).astype(np.uint64)
             left = v << np.maximum(-shift, 0).astype(np.uint64)
             top = (np.where(shift >= 0, right, left) & np.uint64((1 << _TOP) - 1)).astype(np.int64)
-            self.hist = np.bincount(length * (1 << _TOP) + top,
-                                    minlength=(_MAX_LENGTH + 1) << _TOP)
+            self.hist = np.bincount(length * (1 << _TOP) + top, minlength=self.CELLS)
         self.hist = self.hist.reshape(-1, 1 << _TOP)
         self._per_length = self.hist.sum(axis=1)  # gaps of each bit length
         self._plans = {}

@@ -7,7 +7,7 @@ each row's selected ranks as gaps, turns that structure into small gaps: on the 
 layer of the digits MLP about 2.2-2.7 bits per index, where LZMA over the selection bitmap
 needs 2.7-3.3 and plain gap codes 5.6-5.8, by counting passes over the k positions (the
 native engine; numpy sorts in its twin) instead of a pass over the bitmap. Either axis can be
-the ranked one (`transpose`); the encoder tries both.
+the ranked one (`transpose`); the encoder sizes both (`sizes`) and codes the smaller.
 
 Body: lines with a selection (gaps), their counts - 1, the ranked columns (fixed width), then
 every line's rank gaps; each gap stream is a Huffman gap plan.
@@ -70,22 +70,53 @@ def coding(indices, rows, cols, transpose):
             (rank - previous - 1).astype(np.uint64))
 
 
+def ranked_width(rows, cols, transpose):
+    """Bits of each ranked unit's index (the other axis: columns unless transposed)."""
+    return int(bit_length((rows if transpose else cols) - 1))
+
+
+def body_bytes(nlines, nranked, width, streams):
+    """-> (exact body bytes, each gap stream's smallest (nbytes, extra bits)) of an
+    orientation with nlines lines and nranked ranked units, its three gap streams (line gaps,
+    counts - 1, rank steps) as GapStats."""
+    plans = [stream.smallest() for stream in streams]
+    sections = [plans[0][0], plans[1][0], (nranked * width + 7) // 8]  # length-prefixed
+    nbytes = int(varint_sizes([nlines, nranked, *sections]).sum()) + sum(sections) + plans[2][0]
+    return nbytes, plans
+
+
+def sizes(indices, rows, cols):
+    """Both orientations (transpose 0, 1) of ascending flat positions sized exactly, so that
+    only the winner is coded: [(body bytes, its three gap streams' histograms)]. The native
+    engine counts the histograms without ordering the elements (matrix_histograms); the numpy
+    twin codes both orientations."""
+    if native.engine is None:
+        plans = [MatrixPlan(indices, rows, cols, transpose) for transpose in (0, 1)]
+        return [(plan.nbytes, [stream.hist for stream in plan.streams]) for plan in plans]
+    parts = np.frombuffer(native.engine.matrix_histograms(
+        np.ascontiguousarray(indices, np.int64), rows, cols), np.int64).reshape(2, -1)
+    out = []
+    for transpose, part in enumerate(parts):
+        hists = list(part[2:].reshape(3, -1))
+        nbytes, _ = body_bytes(int(part[0]), int(part[1]), ranked_width(rows, cols, transpose),
+                               [GapStats(None, hist) for hist in hists])
+        out.append((nbytes, hists))
+    return out
+
+
 class MatrixPlan:
     """One orientation's coding of sorted flat positions of a rows x cols tensor, sized
-    exactly (`nbytes`, from the gap streams' histograms) before anything is packed, so that
-    only the orientation that wins is written (`body()`). `order`: the decoder returns the
-    positions as indices[order]."""
+    exactly (`nbytes`, from the gap streams' histograms: `hists` where sizes() counted them)
+    before anything is packed. `order`: the decoder returns the positions as indices[order]."""
 
-    def __init__(self, indices, rows, cols, transpose):
+    def __init__(self, indices, rows, cols, transpose, hists=(None, None, None)):
         self.order, self.ranked, lines, counts_less_one, steps = coding(indices, rows, cols,
                                                                         transpose)
-        self.width = int(bit_length((rows if transpose else cols) - 1))
-        self.streams = [GapStats(to_gaps(lines)), GapStats(counts_less_one), GapStats(steps)]
-        self.plans = [stream.smallest() for stream in self.streams]  # (nbytes, extra bits)
-        ranked_bytes = (self.ranked.size * self.width + 7) // 8
-        sections = [size for size, _ in self.plans[:2]] + [ranked_bytes]  # length-prefixed
-        self.nbytes = (int(varint_sizes([lines.size, self.ranked.size, *sections]).sum())
-                       + sum(sections) + self.plans[2][0])
+        self.width = ranked_width(rows, cols, transpose)
+        self.streams = [GapStats(gaps, hist) for gaps, hist in
+                        zip((to_gaps(lines), counts_less_one, steps), hists)]
+        self.nbytes, self.plans = body_bytes(lines.size, self.ranked.size, self.width,
+                                             self.streams)
 
     def body(self):
         (lines, counts, steps), extras = self.streams, [extra for _, extra in self.plans]
