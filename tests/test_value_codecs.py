@@ -111,6 +111,28 @@ def test_lossy_codecs_measured_error(value, bound, topk_values):
     assert len(payload) < 4 * values.size  # and smaller than raw float32
 
 
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 3000),
+       max_error=st.sampled_from([0.5, 0.1, 0.04, 0.01, 0.001, 1e-4]),
+       scale=st.integers(-20, 20))
+def test_entropy_levels_are_the_fewest_within_the_bound(seed, count, max_error, scale):
+    """The level search starts where uniform rounding noise predicts and steps one level
+    count at a time: whatever the start, it must end on levels within max_error whose half
+    is not (4..4096 levels: 4 may be within with room, 4096 is the most there is)."""
+    from deepreduce_hvd.codecs.value.entropy import EntropyValue, quantise, step_size
+    from deepreduce_hvd.engine.norms import l2_norm
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal(count) * 10.0**scale).astype(np.float32)
+    magnitude = np.abs(values).astype(np.float64)
+    lo, hi = float(np.float32(magnitude.min())), float(np.float32(magnitude.max()))
+    error = lambda levels: l2_norm(  # noqa: E731
+        lo + quantise(magnitude, lo, hi, levels) * step_size(lo, hi, levels) - magnitude)
+    bound = max_error * l2_norm(magnitude)
+    levels = EntropyValue(max_error=max_error).choose_levels(magnitude, lo, hi)
+    assert levels in [1 << bits for bits in range(2, 13)]
+    assert levels == 4096 or error(levels) <= bound
+    assert levels == 4 or error(levels // 2) > bound
+
+
 @pytest.mark.torch
 def test_entropy_pipeline_meets_target_on_real_gradients():
     """entropy + entropy: <= 9 bits per selected element, headers included, at <= 0.05
