@@ -125,8 +125,10 @@ void matrix_decode(const uint8_t* body, size_t nbytes, uint64_t count, int64_t r
 void entropy_values(const uint8_t* body, size_t nbytes, uint64_t count, float* out);
 
 // dst[positions[i]] += values[i] * scale; positions must lie in [0, n) (callers pass decoded,
-// range-checked positions: one outside throws, after the elements before it were added; a
-// separate checking pass over the positions cost a quarter of a receiver's scatter).
+// range-checked positions: one outside throws, after some of the others were added; a
+// separate checking pass over the positions cost a quarter of a receiver's scatter). Where
+// the positions wander (a column-major order), by cache-sized blocks of the destination:
+// each position's adds stay in the given order, so the bits are the same.
 void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* values,
                  size_t count, float scale);
 

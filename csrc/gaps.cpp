@@ -287,10 +287,62 @@ MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, i
     return out;
 }
 
+namespace {
+
+// dst[p] += v * scale for the elements of [lo, hi) whose positions lie in [0, n), by blocks of
+// 2^kBlockShift elements (256 KB of floats, within a core's L2): a counting pass by block,
+// then the adds block by block, each block's in their given order (the same bits as adding
+// them in order). Throws before adding any of them if a position lies outside.
+constexpr int kBlockShift = 16;
+
+void scatter_blocked(float* dst, int64_t n, const int64_t* positions, const float* values,
+                     size_t count, float scale) {
+    const size_t blocks = static_cast<size_t>((n - 1) >> kBlockShift) + 1;
+    std::vector<size_t> next(blocks + 1, 0);
+    for (size_t i = 0; i < count; ++i) {
+        if (static_cast<uint64_t>(positions[i]) >= static_cast<uint64_t>(n))
+            throw Error("scatter: position out of range");
+        ++next[(positions[i] >> kBlockShift) + 1];
+    }
+    for (size_t b = 0; b < blocks; ++b) next[b + 1] += next[b];
+    std::vector<size_t> ends(next.begin() + 1, next.end());
+    std::vector<uint32_t> offset(count);  // within its block
+    std::vector<float> value(count);
+    for (size_t i = 0; i < count; ++i) {
+        size_t at = next[positions[i] >> kBlockShift]++;
+        offset[at] = static_cast<uint32_t>(positions[i] & ((int64_t{1} << kBlockShift) - 1));
+        value[at] = values[i];
+    }
+    for (size_t b = 0, at = 0; b < blocks; ++b) {
+        float* block = dst + (static_cast<int64_t>(b) << kBlockShift);
+        for (; at < ends[b]; ++at) block[offset[at]] += value[at] * scale;
+    }
+}
+
+}  // namespace
+
 void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* values,
                  size_t count, float scale) {
+    // The first kProbe elements are added directly, counting the jumps between them wider
+    // than kNear elements. Where most are (a column-major coding order: the matrix model's
+    // transposed orientation jumps a row's width at every element) and the tensor is larger
+    // than a few blocks, the rest go by blocks: adding them in that order missed the cache at
+    // every element (32 payloads of 42k into a 2048 x 2048 sum: 9.1 ms, 1.8 in row order).
+    constexpr size_t kProbe = 256, kBlockedFrom = 4096;
+    constexpr int64_t kNear = 4096;
     constexpr size_t kAhead = 16;
-    for (size_t i = 0; i < count; ++i) {
+    size_t i = 0, far = 0;
+    for (const size_t probe = std::min(count, kProbe); i < probe; ++i) {
+        if (static_cast<uint64_t>(positions[i]) >= static_cast<uint64_t>(n))
+            throw Error("scatter: position out of range");
+        far += i && static_cast<uint64_t>(positions[i] - positions[i - 1] + kNear) > 2 * kNear;
+        dst[positions[i]] += values[i] * scale;
+    }
+    if (4 * far >= i && count - i >= kBlockedFrom && n >= (int64_t{4} << kBlockShift)) {
+        scatter_blocked(dst, n, positions + i, values + i, count - i, scale);
+        return;
+    }
+    for (; i < count; ++i) {
         if (static_cast<uint64_t>(positions[i]) >= static_cast<uint64_t>(n))
             throw Error("scatter: position out of range");
         if (i + kAhead < count && static_cast<uint64_t>(positions[i + kAhead]) < static_cast<uint64_t>(n))

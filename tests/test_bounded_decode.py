@@ -7,7 +7,7 @@ import pytest
 import deepreduce_hvd as dr
 from deepreduce_hvd.codecs import bloom_filter
 from deepreduce_hvd.codecs.sparse_codec import ascending
-from deepreduce_hvd.compression.pipeline import PARALLEL_BYTES, decode_all
+from deepreduce_hvd.compression.pipeline import decode_all, worth_parallel
 from deepreduce_hvd.engine import native
 from hostile import curve_body, payload
 
@@ -96,17 +96,60 @@ def test_cores_per_rank_shares_the_host_between_its_ranks(environ, cpus, expecte
 
 
 def test_decode_all_gives_the_same_sums_on_worker_threads_or_not(rng, monkeypatch):
-    """Large payloads go to the pool only where each rank has a spare core; either way
-    the same (values, positions) come back in rank order."""
-    codec = dr.SparseCodec(index="golomb", value="fp16")
+    """Long entropy-coded payloads go to the pool only where each rank has a spare core;
+    either way the same (values, positions) come back in rank order."""
+    codec = dr.SparseCodec(index="entropy", value="entropy")
     payloads = [codec.encode(*dr.topk(rng.standard_normal(400_000).astype(np.float32), 0.05),
                              (400_000,)) for _ in range(4)]
-    assert min(len(p) for p in payloads) > PARALLEL_BYTES
     results = {}
     for cores in (1, 2):
         monkeypatch.setattr(native, "cores_per_rank", lambda: cores)
+        assert worth_parallel(payloads) == (cores == 2)
         results[cores] = list(decode_all(payloads, (400_000,), "float32"))
     for (v1, p1), (v2, p2) in zip(results[1], results[2]):
         np.testing.assert_array_equal(v1, v2)
         np.testing.assert_array_equal(p1, p2)
 
+
+def test_only_long_costly_payload_sets_go_to_the_pool(rng, monkeypatch):
+    """The pool pays for sets of three or more payloads of 16k+ elements coded in at most 12
+    bits an element (entropy codecs: costly to decode per element), or 32k+ in at most 32;
+    cheaper codecs, short or few payloads and unreadable headers decode on the calling
+    thread."""
+    monkeypatch.setattr(native, "cores_per_rank", lambda: 2)
+    values, indices = dr.topk(rng.standard_normal(1_600_000).astype(np.float32), 0.025)
+    encode = lambda index, value, k=None: dr.SparseCodec(index=index, value=value).encode(  # noqa: E731
+        values[:k], indices[:k], (1_600_000,))
+    assert worth_parallel([encode("entropy", "entropy")] * 3)
+    assert not worth_parallel([encode("entropy", "entropy")] * 2)
+    assert not worth_parallel([encode("entropy", "entropy", 10_000)] * 3)
+    assert worth_parallel([encode("golomb", "fp16")] * 3)
+    assert not worth_parallel([encode("golomb", "fp16", 20_000)] * 3)
+    assert not worth_parallel([encode("raw", "raw")] * 3)
+    assert not worth_parallel([b"\xd7R\x02junk"] * 3)
+
+
+
+@pytest.mark.parametrize("order", ["ascending", "column-major", "shuffled"])
+def test_native_scatter_adds_the_same_bits_in_any_order_of_positions(rng, order):
+    """scatter_add goes by cache-sized blocks where positions wander (the matrix model's
+    transposed orientation decodes column by column): the sum must equal numpy's in-order
+    adds bit for bit, repeated positions included, and a position outside is refused."""
+    from deepreduce_hvd.engine.scatter import scatter_add
+    if native.engine is None:
+        pytest.skip("native engine not built")
+    rows, cols = 1024, 1024
+    grid = np.sort(rng.choice(rows * cols, 40_000, replace=False))
+    if order == "column-major":
+        grid = grid[np.lexsort((grid // cols, grid % cols))]
+    elif order == "shuffled":
+        grid = rng.permutation(grid)
+    positions = np.concatenate([grid, grid[::7]])  # each repeat after its first add
+    values = rng.standard_normal(positions.size).astype(np.float32)
+    start = rng.standard_normal(rows * cols).astype(np.float32)
+    fast, slow = start.copy(), start.copy()
+    scatter_add(fast, positions, values, -0.5)
+    np.add.at(slow, positions, values * np.float32(-0.5))
+    np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+    with pytest.raises(dr.DeepReduceError):
+        scatter_add(fast, np.append(positions, rows * cols), np.append(values, 1), 1.0)

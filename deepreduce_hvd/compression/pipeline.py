@@ -22,7 +22,7 @@ from ..engine.norms import l2_norm
 from ..engine.scatter import scatter_add
 from ..errors import DeepReduceError
 from ..wire import frames
-from ..wire.payload import check_shape
+from ..wire.payload import check_shape, declared_count
 from . import sparsify
 from .density import Density
 from .lowrank import LowRank, matrix_shape
@@ -67,11 +67,24 @@ class Stats:
 
 
 _POOL = None
-# decode on worker threads when payloads average this many bytes and this host has a spare
-# core per rank (native.cores_per_rank): measured here in one process, 42k-element payloads
-# (52-128 KB) decode 1.3-1.7x faster on two threads, 10k-element ones (13-32 KB) up to 2x
-# slower (the handoffs cost more than the work)
-PARALLEL_BYTES = 40 << 10
+# Decode on worker threads (the calling thread adds each payload into the sum as it comes)
+# where a rank has a spare core (native.cores_per_rank) and the payloads hold enough work:
+# (elements at least, coded in bits per element at most). Measured here, one process, 32
+# payloads decoded into one sum, calling thread alone against two workers: entropy-coded
+# payloads (6.5-8.7 bits an element, the costliest to decode) 1.7x faster at 42k elements,
+# 1.4x at 21k, even at 10k; golomb+qsgd (15 bits) 1.1-1.4x and golomb+fp16 (24) even at
+# 42k, both slower at 21k; raw (64) even or slower at any size. The first payload's header
+# stands for the set (one tensor's).
+PARALLEL = ((16384, 12), (32768, 32))
+
+
+def worth_parallel(payloads):
+    """Whether a set of payloads (of one tensor) decodes faster on the pool."""
+    if len(payloads) < 3:
+        return False
+    count, bits = declared_count(payloads[0]), 8 * len(payloads[0])
+    return any(count >= least and bits <= most * count for least, most in PARALLEL) \
+        and native.cores_per_rank() >= 2  # read last: it costs more than a small decode
 
 
 def decode_all(payloads, shape, dtype_name):
@@ -83,8 +96,7 @@ def decode_all(payloads, shape, dtype_name):
     payloads = list(payloads)
     shapes = shape if isinstance(shape, list) else [shape] * len(payloads)
     decode = lambda p, s: decode_unordered(p, max(math.prod(s), 1), s, dtype_name)[:2]  # noqa: E731
-    if len(payloads) < 3 or sum(len(p) for p in payloads) < PARALLEL_BYTES * len(payloads) \
-            or native.cores_per_rank() < 2:  # read last: it costs more than a small decode
+    if not worth_parallel(payloads):
         return map(decode, payloads, shapes)
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=min(4, native.cores_per_rank()),

@@ -84,6 +84,18 @@ def check_limit(max_elements):
     return limit
 
 
+def declared_count(payload):
+    """The element count a payload's header declares, unchecked (0 where it cannot be read):
+    for scheduling only; parse() checks every field, the checksum first."""
+    try:
+        reader = ByteReader(byte_view(payload)[HEADER + 2:])  # past dtype and layout
+        for _ in range(reader.varint(limit=MAX_NDIM)):
+            reader.varint()
+        return reader.varint()
+    except DeepReduceError:
+        return 0
+
+
 def parse(payload, max_elements=DEFAULT_MAX_ELEMENTS, expect_shape=None, expect_dtype=None):
     """Header fields and sections of a payload; DeepReduceError for anything malformed."""
     max_elements = check_limit(max_elements)
