@@ -94,7 +94,7 @@ std::vector<int64_t> matrix_histograms(const int64_t* indices, size_t count, int
     for (size_t i = 0; i < count; ++i) {
         if (indices[i] < 0 || indices[i] >= size) throw Error("matrix coding: position out of range");
         if (i && indices[i] <= indices[i - 1]) throw Error("matrix coding: positions must ascend");
-        if (indices[i] - row_start >= cols) {
+        if (static_cast<uint64_t>(indices[i] - row_start) >= static_cast<uint64_t>(cols)) {
             row = indices[i] / cols;
             row_start = row * cols;
         }
@@ -289,10 +289,10 @@ MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, i
 
 namespace {
 
-// dst[p] += v * scale for the elements of [lo, hi) whose positions lie in [0, n), by blocks of
-// 2^kBlockShift elements (256 KB of floats, within a core's L2): a counting pass by block,
-// then the adds block by block, each block's in their given order (the same bits as adding
-// them in order). Throws before adding any of them if a position lies outside.
+// dst[p] += v * scale for every (position p, value v), by blocks of 2^kBlockShift elements
+// (256 KB of floats, within a core's L2): a counting pass by block, then the adds block by
+// block, each block's in their given order (the same bits as adding them in order). Throws
+// before adding any of them if a position lies outside [0, n).
 constexpr int kBlockShift = 16;
 
 void scatter_blocked(float* dst, int64_t n, const int64_t* positions, const float* values,

@@ -196,19 +196,12 @@ def test_native_matrix_sizes_equal_the_plans_of_both_orientations(data):
     """The encoder codes only the smaller orientation, sized by the engine's histograms (no
     coding order made): the same body bytes and gap histograms as the numpy twin, which
     codes both, and as each orientation's MatrixPlan; the winner's body is that size."""
+    from conftest import on_both_engines
     from deepreduce_hvd.codecs.index import matrix
-    from deepreduce_hvd.engine import native
-    if native.engine is None:
-        pytest.skip("native engine not built")
     rows, cols = data.draw(st.integers(2, 70)), data.draw(st.integers(2, 70))
     indices = np.unique(np.array(data.draw(st.lists(st.integers(0, rows * cols - 1),
                                                     min_size=1, max_size=600)), np.int64))
-    fast = matrix.sizes(indices, rows, cols)
-    engine, native.engine = native.engine, None
-    try:
-        slow = matrix.sizes(indices, rows, cols)
-    finally:
-        native.engine = engine
+    fast, slow = on_both_engines(lambda: matrix.sizes(indices, rows, cols))
     for transpose, ((nbytes, hists), (want, want_hists)) in enumerate(zip(fast, slow)):
         assert nbytes == want
         for hist, want_hist in zip(hists, want_hists):
@@ -221,17 +214,10 @@ def test_native_matrix_sizes_equal_the_plans_of_both_orientations(data):
 def test_native_gap_histogram_equals_its_numpy_twin(gaps):
     """The (bit length, top three bits) histogram every gap code is sized from, branch-free
     in the engine: the numpy twin's counts for every gap, 0 and 2**64 - 1 included."""
+    from conftest import on_both_engines
     from deepreduce_hvd.codecs.index.huffman import GapStats
-    from deepreduce_hvd.engine import native
-    if native.engine is None:
-        pytest.skip("native engine not built")
     gaps = np.array(gaps, np.uint64)
-    fast = GapStats(gaps).hist
-    engine, native.engine = native.engine, None
-    try:
-        slow = GapStats(gaps).hist
-    finally:
-        native.engine = engine
+    fast, slow = on_both_engines(lambda: GapStats(gaps).hist)
     np.testing.assert_array_equal(fast, slow)
 
 
