@@ -222,14 +222,13 @@ void matrix_decode(const uint8_t* body, size_t nbytes, uint64_t count, int64_t r
     check_ranked(ranked, static_cast<uint64_t>(others_total), nbytes);
     // Each rank's and each line's share of a flat position, so that an element costs a
     // lookup and an add: line * cols + column, or column * cols + line when transposed.
-    std::vector<int64_t> of_rank(nranked), of_line(nlines);
+    std::vector<int64_t> of_rank(nranked);
     for (uint64_t r = 0; r < nranked; ++r)
         of_rank[r] = transpose ? static_cast<int64_t>(ranked[r]) * cols : static_cast<int64_t>(ranked[r]);
-    for (uint64_t j = 0; j < nlines; ++j) of_line[j] = transpose ? lines[j] : lines[j] * cols;
     // every line's ranks advance by step + 1 from -1; rank r is column ranked[r]
     GapStream steps(in.rest(), count);
     for (uint64_t j = 0; j < nlines; ++j) {
-        const int64_t line = of_line[j];
+        const int64_t line = transpose ? lines[j] : lines[j] * cols;
         uint64_t next = 0;  // the lowest rank the next step can lead to
         for (uint64_t left = counts[j]; left; --left) {
             uint64_t step = steps.next();

@@ -95,10 +95,11 @@ std::vector<uint8_t> gap_pack(const uint64_t* gaps, size_t n, int extra, const u
 // Rice code of the gaps with parameter r (unary quotients, then r-bit remainders).
 std::vector<uint8_t> rice_pack(const uint64_t* gaps, size_t n, int r);
 // The matrix model's coding of sorted flat positions of a rows x cols tensor (the encoder's
-// side of matrix_positions; rows and columns swapped when transpose): the other axis ranked by
+// side of matrix_decode; rows and columns swapped when transpose): the other axis ranked by
 // how many elements each holds (descending, ties by index), the elements ordered by (line,
-// rank) by two stable counting passes, then each line's rank steps. Same results as the numpy
-// twin in deepreduce_hvd/codecs/index/matrix.py.
+// rank) (a counting pass by line where they are not grouped already, then each line's ranks
+// from a bitmap), then each line's rank steps. Same results as the numpy twin in
+// deepreduce_hvd/codecs/index/matrix.py.
 struct MatrixCoding {
     std::vector<int64_t> order, ranked, lines;
     std::vector<uint64_t> counts_less_one, steps;

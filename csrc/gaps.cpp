@@ -1,7 +1,8 @@
-// Gap codes, element by element: the histogram the Huffman gap coder sizes its choices from,
-// and the packing of the chosen code (bodies.cpp decodes whole bodies). The model (which
-// extra bits, which code lengths) is chosen in deepreduce_hvd/index/huffman.py, which has
-// numpy twins of these.
+// The encoders' element-by-element passes: the histogram the Huffman gap coder sizes its
+// choices from and the packing of the chosen code, the matrix model's sizing of both
+// orientations and its coding of one; and the receivers' scatter into a dense sum
+// (bodies.cpp decodes whole bodies). The model (which orientation, extra bits, code lengths)
+// is chosen in deepreduce_hvd/codecs/index/{huffman,matrix}.py, which hold numpy twins.
 #include <algorithm>
 #include <cstring>
 
