@@ -24,6 +24,19 @@ struct GapParts {
     }
 };
 
+// The row and column of flat positions of a grid `cols` wide, taken in turn: a division where
+// the row changes, not an element (ascending positions change rows at most `rows` times).
+struct RowCursor {
+    int64_t cols, row = 0, start = 0;
+    int64_t column(int64_t position) {  // also moves `row` to the position's
+        if (static_cast<uint64_t>(position - start) >= static_cast<uint64_t>(cols)) {
+            row = position / cols;
+            start = row * cols;
+        }
+        return position - start;
+    }
+};
+
 // The histogram cell of a gap: (bit length of gap + 1, its top kGapTop bits below the lead).
 inline size_t gap_cell(uint64_t gap) {
     // without a branch (one on the length was mispredicted for most gaps of a 1% selection,
@@ -91,17 +104,13 @@ std::vector<int64_t> matrix_histograms(const int64_t* indices, size_t count, int
     if (rows < 1 || cols < 1) throw Error("matrix coding: empty grid");
     const int64_t size = rows * cols;
     std::vector<int64_t> per_row(rows, 0), per_col(cols, 0), row_of(count), col_of(count);
-    int64_t row = 0, row_start = 0;  // ascending positions: a division a row, not an element
+    RowCursor at{cols};
     for (size_t i = 0; i < count; ++i) {
         if (indices[i] < 0 || indices[i] >= size) throw Error("matrix coding: position out of range");
         if (i && indices[i] <= indices[i - 1]) throw Error("matrix coding: positions must ascend");
-        if (static_cast<uint64_t>(indices[i] - row_start) >= static_cast<uint64_t>(cols)) {
-            row = indices[i] / cols;
-            row_start = row * cols;
-        }
-        row_of[i] = row;
-        col_of[i] = indices[i] - row_start;
-        ++per_row[row];
+        col_of[i] = at.column(indices[i]);
+        row_of[i] = at.row;
+        ++per_row[at.row];
         ++per_col[col_of[i]];
     }
     std::vector<int64_t> out(2 * kMatrixHistogram, 0);
@@ -223,24 +232,17 @@ MatrixCoding matrix_coding(const int64_t* indices, size_t count, int64_t rows, i
     const int64_t lines_total = transpose ? cols : rows, others_total = transpose ? rows : cols;
     std::vector<int64_t> line(count), rank(count), per_other(others_total, 0);
     bool grouped = true;  // every line's elements already together, lines ascending
-    int64_t row = 0, row_start = 0;  // a division where the row changes, not an element
+    RowCursor at{cols};
     for (size_t i = 0; i < count; ++i) {
         if (indices[i] < 0 || indices[i] >= size) throw Error("matrix coding: position out of range");
-        if (static_cast<uint64_t>(indices[i] - row_start) >= static_cast<uint64_t>(cols)) {
-            row = indices[i] / cols;
-            row_start = row * cols;
-        }
-        int64_t col = indices[i] - row_start;
+        const int64_t col = at.column(indices[i]), row = at.row;
         line[i] = transpose ? col : row;
         rank[i] = transpose ? row : col;  // the other axis' index until ranked below
         ++per_other[rank[i]];
         grouped = grouped && (i == 0 || line[i] >= line[i - 1]);
     }
     MatrixCoding out;
-    for (int64_t c = 0; c < others_total; ++c)
-        if (per_other[c]) out.ranked.push_back(c);
-    std::stable_sort(out.ranked.begin(), out.ranked.end(),
-                     [&](int64_t a, int64_t b) { return per_other[a] > per_other[b]; });
+    out.ranked = rank_axis(per_other);
     std::vector<int64_t>& rank_of = per_other;  // its counts are no longer needed
     for (size_t r = 0; r < out.ranked.size(); ++r) rank_of[out.ranked[r]] = static_cast<int64_t>(r);
     for (size_t i = 0; i < count; ++i) rank[i] = rank_of[rank[i]];
