@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import deepreduce_hvd as dr
+from deepreduce_hvd.compression import pipeline as pipeline_module
 
 
 @pytest.mark.parametrize("config", [
@@ -144,3 +145,46 @@ def test_an_fp32_send_after_a_cleared_residual_is_the_gradient_itself(rng):
     held = pipeline.memory.residual("w").copy()
     assert held.any()
     np.testing.assert_array_equal(pipeline.compress_dense("w", grads[0]), grads[0] + held)
+
+
+@pytest.mark.parametrize("index", ["bitmap", "bloom", {"id": "bloom", "policy": "random"}, "deflate",
+                                   "dense", "entropy", "golomb", "huffman", "raw", "rle", "varint",
+                                   "auto"])
+@pytest.mark.parametrize("value", ["bf16", "deflate", "dexp", "entropy", "fp16", "polyfit",
+                                   {"id": "qsgd", "bits": 3}, "raw"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_own_frame_kept_not_decoded_gives_the_same_bits(index, value, dtype, rng, monkeypatch):
+    """A rank adds the values its encoder kept for its own frame instead of decoding it: the
+    sum must be bit for bit the one a rank that decodes every frame computes."""
+    decoded = []
+    decode_all = pipeline_module.decode_all
+    monkeypatch.setattr(pipeline_module, "decode_all",
+                        lambda payloads, *a: decode_all(decoded.append(len(payloads)) or payloads, *a))
+    config = dict(ratio=0.03, index=index, value=value)
+    ranks = [dr.Pipeline(**config) for _ in range(3)]
+    shape = (70, 90)
+    for step in range(2):
+        grads = [rng.standard_normal(shape).astype(dtype) for _ in ranks]
+        gathered = b"".join(p.compress("w", g) for p, g in zip(ranks, grads))
+        reference, _ = dr.Pipeline(**config).decompress(gathered, shape, dtype, 3)
+        for own, pipeline in enumerate(ranks):
+            before = pipeline.stats.decode_s
+            total, _ = pipeline.decompress(gathered, shape, dtype, 3, name="w", own=own)
+            assert pipeline.stats.decode_s > before
+            np.testing.assert_array_equal(total.view(np.uint32), reference.view(np.uint32))
+            assert decoded[-1] == 2  # the two other ranks' frames
+            assert "w" not in pipeline._sent  # held from compress to decompress only
+
+
+def test_own_frame_is_decoded_when_it_is_not_what_this_rank_sent(rng):
+    """Only the very payload this rank encoded is taken from the encoder's values."""
+    pipeline, other = dr.Pipeline(ratio=0.05), dr.Pipeline(ratio=0.05)
+    grad = rng.standard_normal(4000).astype(np.float32)
+    pipeline.compress("w", grad)
+    foreign = other.compress("w", rng.standard_normal(4000).astype(np.float32))
+    got, _ = pipeline.decompress(foreign, (4000,), "float32", 1, name="w", own=0)
+    expected, _ = dr.Pipeline(ratio=0.05).decompress(foreign, (4000,), "float32", 1)
+    np.testing.assert_array_equal(got, expected)
+    assert pipeline.stats.bytes_received == 0  # its own position: not received
+    with pytest.raises(dr.DeepReduceError, match="own must be"):
+        pipeline.decompress(foreign, (4000,), "float32", 1, own=1)

@@ -153,7 +153,7 @@ def test_a_tensor_sent_dense_at_a_high_density_goes_sparse_when_its_density_drop
     """The warm-up (and critical phases) start dense enough that the dense allreduce wins; the
     ranking follows the selection count down instead of sticking to the first choice."""
     pipeline = dr.Pipeline(ratio=0.01, warmup_steps=10)
-    plans = TimePlanner(pipeline, {"allreduce": GBIT, "allgather": GBIT}, 2, priors(), CANDIDATES)
+    plans = TimePlanner(pipeline, {"allreduce": GBIT, "allgather": GBIT}, 4, priors(), CANDIDATES)
     first = plans.plan("w", 4_000_000, True)
     pipeline.set_steps({"w": 10})  # the warm-up is over: 1% again
     assert first.kind == ALLREDUCE_FP16 and plans.plan("w", 4_000_000, True).kind == ALLGATHER

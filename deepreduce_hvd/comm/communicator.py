@@ -353,7 +353,7 @@ class Communicator:
             total, received = state.pipeline.decompress(
                 frames, tuple(int(d) for d in dims), flight.info.dtype,
                 adapter.set_size(process_set), flight.key, out=out, scale=float(np.ravel(scale)[0]),
-                own_bytes=state.pipeline.frame_bytes(flight.name))
+                own=adapter.set_ranks(process_set).index(adapter.rank()))
             planner.observe(flight.key, flight.plans["current"], Measured.of(received))
             return total.reshape(-1)
 

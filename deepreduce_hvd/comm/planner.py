@@ -297,7 +297,7 @@ class TimePlanner:
                 2 * prior.decode_fixed + 2 * prior.decode_per_payload_selected * k)
             return encode + 2 * link.allgather(nbytes / self.ranks, self.ranks) + decode
         decode = min(seen["decode"]) if "decode" in seen else (
-            prior.decode_fixed + self.ranks * prior.decode_per_payload_selected * k)
+            prior.decode_fixed + (self.ranks - 1) * prior.decode_per_payload_selected * k)
         return encode + link.allgather(nbytes, self.ranks) + decode
 
     def wire(self, label, n):

@@ -6,6 +6,7 @@ comm/planner.py). Payloads travel in frames (wire/frames.py).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -179,7 +180,7 @@ class Pipeline:
         self.stats = Stats()
         self._steps = {}
         self._last_decode = {}
-        self._frame_bytes = {}  # name -> the size of the frame this rank sent last
+        self._sent = {}  # name -> the Encoded of this rank's last frame (not decoded again)
         self._config_json, self._fingerprints = None, {}
 
     def get_config(self) -> dict:
@@ -223,10 +224,6 @@ class Pipeline:
         if self.momentum is not None:
             self.momentum.load_state_dict(state["momentum"])
         self.factors.load_state_dict(state.get("lowrank", {}))
-
-    def frame_bytes(self, name: Optional[str]) -> int:
-        """The size of the frame this rank last sent for tensor `name` (0: none yet)."""
-        return self._frame_bytes.get(name, 0)
 
     def current_ratio(self, name=None):
         """The ratio of tensor `name`'s next selection (compression/density.py). Every rank
@@ -350,7 +347,9 @@ class Pipeline:
         frame, encoded = self.frame(values, indices, shape, dtype, name, codec, fallback, dense,
                                     seed, start)
         self.stats.bytes_sent += len(frame)
-        self._frame_bytes[name] = len(frame)
+        if name is not None:  # the values as a receiver decodes them: in the frame's dtype
+            self._sent[name] = encoded and encoded._replace(
+                values=np.asarray(encoded.values).astype(dtype, copy=False))
         self._count_sparse(name, shape, time.perf_counter() - start, values is None)
         return frame, encoded
 
@@ -426,35 +425,46 @@ class Pipeline:
         values = np.concatenate(values) if values else np.zeros(0, np.float32)
         self._feed_back(name, picked, (positions, values))
         self.stats.bytes_sent += sum(len(p) for j, p in enumerate(pieces) if j != own)
-        self._frame_bytes[name] = sum(map(len, pieces))
         self._count_sparse(name, dense.shape, time.perf_counter() - start, picked is None)
         return pieces, positions, values
 
     def decompress(self, gathered: Buffer, shape: Sequence[int], dtype_name: str, ranks: int,
                    name: Optional[str] = None, out: Optional[np.ndarray] = None,
-                   scale: float = 1.0, own_bytes: int = 0
+                   scale: float = 1.0, own: Optional[int] = None
                    ) -> Tuple[np.ndarray, List[frames.Frame]]:
         """The concatenated frames of every rank (an allgather's output) -> scale times their
         sum, dense float32, added in rank order so that every rank computes the same bits.
         out: a float32 buffer of the tensor's size to write the sum into (else a new one).
-        own_bytes: the size of this rank's own frame among them (not counted as received).
+        own: this rank's position among the frames (None: not among them). Its frame is not
+        counted as received, nor decoded where it holds the payload this rank last encoded
+        for `name`: the values the encoder kept are those a decoder would reconstruct.
         Returns (sum, frames); the frames carry each rank's measured costs."""
         start = time.perf_counter()
         shape = check_shape(shape)
         if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
             raise DeepReduceError(f"ranks must be a positive int, not {ranks!r}")
+        if own is not None and not 0 <= own < ranks:
+            raise DeepReduceError(f"own must be a position among {ranks} frames, not {own!r}")
         expected = self.fingerprint(shape, dtype_name)
         received = frames.read_all(gathered, ranks, expected, f"shape {shape}, {dtype_name}")
-        gathered_bytes = sum(frames.HEADER + len(frame.payload) for frame in received)
-        self.stats.bytes_received += gathered_bytes - own_bytes
+        self.stats.bytes_received += sum(frames.HEADER + len(frame.payload)
+                                         for j, frame in enumerate(received) if j != own)
         for frame in received:
             if frame.kind == frames.ERROR:
                 raise DeepReduceError(f"rank {frame.rank} could not encode this tensor: "
                                       f"{bytes(frame.payload).decode(errors='replace')}")
         nonfinite = any(frame.kind == frames.NONFINITE for frame in received)
+        sent = self._sent.pop(name, None) if own is not None and name is not None else None
+        if sent is not None and not (received[own].kind == frames.PAYLOAD and
+                                     received[own].payload == sent.payload):
+            sent = None
+        others = [frame.payload for j, frame in enumerate(received) if sent is None or j != own]
         # a pool starts decoding here, while this thread clears the sum
-        decoded = () if nonfinite else decode_all([frame.payload for frame in received], shape,
-                                                  dtype_name)
+        decoded = () if nonfinite else decode_all(others, shape, dtype_name)
+        if sent is not None and not nonfinite:
+            decoded = iter(decoded)
+            decoded = itertools.chain(itertools.islice(decoded, own),
+                                      [(sent.values, sent.positions)], decoded)
         if out is None:
             total = np.zeros(math.prod(shape), dtype=np.float32)
         else:
