@@ -111,8 +111,11 @@ def train_history(script, tmp_path, tag, *args, epochs):
 
 
 def assert_accuracy_close(dense, sparse, points=0.02):
-    """Best of the last three epochs within `points` of dense, and far fewer bytes sent."""
-    best_dense = max(e["test_accuracy"] for e in dense[-3:])
-    best_sparse = max(e["test_accuracy"] for e in sparse[-3:])
-    assert best_sparse >= best_dense - points, (dense[-3:], sparse[-3:])
+    """The mean test accuracy of the last three epochs within `points` of dense's, and far
+    fewer bytes sent. (The mean, not the best: on 359 test images one lucky epoch of either
+    run moves a best-of-three by more than the margin, as dense's 99.7% at one epoch of a CI
+    run against 97.8 and 98.1% beside it did.)"""
+    mean_dense = sum(e["test_accuracy"] for e in dense[-3:]) / 3
+    mean_sparse = sum(e["test_accuracy"] for e in sparse[-3:]) / 3
+    assert mean_sparse >= mean_dense - points, (dense[-3:], sparse[-3:])
     assert sparse[-1]["mb_sent"] < sparse[-1]["mb_dense"] / 5
