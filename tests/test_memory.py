@@ -156,19 +156,22 @@ def test_an_fp32_send_after_a_cleared_residual_is_the_gradient_itself(rng):
 def test_own_frame_kept_not_decoded_gives_the_same_bits(index, value, dtype, rng, monkeypatch):
     """A rank adds the values its encoder kept for its own frame instead of decoding it: the
     sum must be bit for bit the one a rank that decodes every frame computes."""
-    decoded = []
-    decode_all = pipeline_module.decode_all
-    monkeypatch.setattr(pipeline_module, "decode_all",
-                        lambda payloads, *a: decode_all(decoded.append(len(payloads)) or payloads, *a))
+    decoded = []  # payloads decoded, per decompress
+    decode_unordered = pipeline_module.decode_unordered
+    monkeypatch.setattr(pipeline_module, "decode_unordered",
+                        lambda *a: decoded.__setitem__(-1, decoded[-1] + 1) or decode_unordered(*a))
     config = dict(ratio=0.03, index=index, value=value)
     ranks = [dr.Pipeline(**config) for _ in range(3)]
     shape = (70, 90)
     for step in range(2):
         grads = [rng.standard_normal(shape).astype(dtype) for _ in ranks]
         gathered = b"".join(p.compress("w", g) for p, g in zip(ranks, grads))
+        decoded.append(0)
         reference, _ = dr.Pipeline(**config).decompress(gathered, shape, dtype, 3)
+        assert decoded[-1] == 3
         for own, pipeline in enumerate(ranks):
             before = pipeline.stats.decode_s
+            decoded.append(0)
             total, _ = pipeline.decompress(gathered, shape, dtype, 3, name="w", own=own)
             assert pipeline.stats.decode_s > before
             np.testing.assert_array_equal(total.view(np.uint32), reference.view(np.uint32))

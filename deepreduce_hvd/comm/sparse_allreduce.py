@@ -208,13 +208,10 @@ class Exchange:
         """(values, positions) of each frame's payload ({rank: frame} -> a list in rank order),
         this rank's own from `own` (None: decoded like the others). Every frame of `shape`,
         or (None) frame j of range j's."""
-        others = [j for j in frames_ if own is None or j != self.own]
-        shapes = [shape or (int(self.bounds[j + 1] - self.bounds[j]),) for j in others]
-        parts = dict(zip(others, decode_all([frames_[j].payload for j in others], shapes,
-                                            self.dtype_name)))
-        if own is not None and self.own in frames_:
-            parts[self.own] = own
-        return [parts[j] for j in sorted(frames_)]
+        ranks = sorted(frames_)
+        shapes = [shape or (int(self.bounds[j + 1] - self.bounds[j]),) for j in ranks]
+        kept = (ranks.index(self.own), own) if own is not None and self.own in frames_ else None
+        return list(decode_all([frames_[j].payload for j in ranks], shapes, self.dtype_name, kept))
 
     def _select_and_encode(self, union, sums, size):
         """The owner's frame of the `keep` largest of the range's sum (at positions `union`,

@@ -88,21 +88,30 @@ def worth_parallel(payloads):
         and native.cores_per_rank() >= 2  # read last: it costs more than a small decode
 
 
-def decode_all(payloads, shape, dtype_name):
+def decode_all(payloads, shape, dtype_name, kept=None):
     """(values, positions) of each payload, in rank order. Sets of large payloads are decoded
     on a small thread pool (the native kernels release the GIL); the caller still adds them
     in rank order, so every rank computes the same bits. Every payload must hold `dtype_name`
-    values of `shape` (a list of shapes: payload i those of shape[i])."""
+    values of `shape` (a list of shapes: payload i those of shape[i]). kept: (j, (values,
+    positions)) where payload j is this rank's own, whose encoder kept what a decoder would
+    reconstruct: not decoded, those stand in its place."""
     global _POOL
     payloads = list(payloads)
     shapes = shape if isinstance(shape, list) else [shape] * len(payloads)
+    at, part = kept if kept is not None else (None, None)
+    todo = [j for j in range(len(payloads)) if j != at]
+    payloads, shapes = [payloads[j] for j in todo], [shapes[j] for j in todo]
     decode = lambda p, s: decode_unordered(p, max(math.prod(s), 1), s, dtype_name)[:2]  # noqa: E731
     if not worth_parallel(payloads):
-        return map(decode, payloads, shapes)
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(4, native.cores_per_rank()),
-                                   thread_name_prefix="deepreduce")
-    return _POOL.map(decode, payloads, shapes)
+        decoded = map(decode, payloads, shapes)
+    else:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=min(4, native.cores_per_rank()),
+                                       thread_name_prefix="deepreduce")
+        decoded = _POOL.map(decode, payloads, shapes)
+    if at is None:
+        return decoded
+    return itertools.chain(itertools.islice(decoded, at), [part], decoded)
 
 
 class Pipeline:
@@ -458,13 +467,10 @@ class Pipeline:
         if sent is not None and not (received[own].kind == frames.PAYLOAD and
                                      received[own].payload == sent.payload):
             sent = None
-        others = [frame.payload for j, frame in enumerate(received) if sent is None or j != own]
         # a pool starts decoding here, while this thread clears the sum
-        decoded = () if nonfinite else decode_all(others, shape, dtype_name)
-        if sent is not None and not nonfinite:
-            decoded = iter(decoded)
-            decoded = itertools.chain(itertools.islice(decoded, own),
-                                      [(sent.values, sent.positions)], decoded)
+        decoded = () if nonfinite else decode_all(
+            [frame.payload for frame in received], shape, dtype_name,
+            sent and (own, (sent.values, sent.positions)))
         if out is None:
             total = np.zeros(math.prod(shape), dtype=np.float32)
         else:
