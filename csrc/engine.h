@@ -132,6 +132,12 @@ void entropy_values(const uint8_t* body, size_t nbytes, uint64_t count, float* o
 // each position's adds stay in the given order, so the bits are the same.
 void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* values,
                  size_t count, float scale);
+// dst[0:n] = 0 but dst[positions[i]] = 0 + values[i] * scale (the bits of scatter_add into
+// zeros) in one pass over dst, for strictly ascending positions within [0, n): the clearing
+// and the scatter of one payload's range, each cache-sized block written while it is hot.
+// False (nothing written) otherwise.
+bool densify(float* dst, int64_t n, const int64_t* positions, const float* values, size_t count,
+             float scale);
 
 // ---- sorted runs (merge.cpp) ----
 // The unique positions of runs[r] = positions[starts[r]:starts[r+1]] and the float32 sums

@@ -354,4 +354,18 @@ void scatter_add(float* dst, int64_t n, const int64_t* positions, const float* v
     }
 }
 
+bool densify(float* dst, int64_t n, const int64_t* positions, const float* values, size_t count,
+             float scale) {
+    for (size_t i = 0; i < count; ++i)
+        if (positions[i] < (i ? positions[i - 1] + 1 : 0) || positions[i] >= n) return false;
+    constexpr int64_t kBlock = 4096;  // floats: 16 KB, cleared, then its positions written
+    size_t i = 0;
+    for (int64_t start = 0; start < n; start += kBlock) {
+        const int64_t end = std::min(n, start + kBlock);
+        std::memset(dst + start, 0, static_cast<size_t>(end - start) * sizeof(float));
+        for (; i < count && positions[i] < end; ++i) dst[positions[i]] = 0.0f + values[i] * scale;
+    }
+    return true;
+}
+
 }  // namespace dr

@@ -24,29 +24,35 @@ T* scratch(std::vector<T>& kept, std::vector<T>& once, size_t n) {
 }
 
 // Dense enough (positions spanning at most this many times their count): the sums are
-// accumulated in a buffer over the span, which costs one pass over the span where merging
-// P runs costs log2(P) passes over the elements.
-constexpr int64_t kDenseSpan = 6;
+// accumulated in a buffer over the span and the positions marked in a bitmap, whose set bits
+// are read out in order; that costs a clearing of the span where merging P runs costs log2(P)
+// passes over the elements, each waiting on its comparisons (4 runs of 1M positions in a span
+// of 1M: 4.7 ms merged, 2.0 ms here; at a span 25x the elements both take about 0.35 ms).
+constexpr int64_t kDenseSpan = 16;
 
 int64_t sum_in_span(const int64_t* pos, const float* val, size_t n, int64_t span,
                     int64_t* out_positions, float* out_sums) {
     thread_local std::vector<float> kept_sums;
-    thread_local std::vector<uint8_t> kept_seen;
+    thread_local std::vector<uint64_t> kept_seen;
     std::vector<float> once_sums;
-    std::vector<uint8_t> once_seen;
+    std::vector<uint64_t> once_seen;
+    const size_t words = static_cast<size_t>(span + 63) / 64;
     float* sums = scratch(kept_sums, once_sums, static_cast<size_t>(span));
-    uint8_t* seen = scratch(kept_seen, once_seen, static_cast<size_t>(span));
-    std::memset(seen, 0, static_cast<size_t>(span));
-    for (size_t i = 0; i < n; ++i) {  // runs in rank order: each sum is 0 + its values in order
-        int64_t p = pos[i];
-        sums[p] = (seen[p] ? sums[p] : 0.0f) + val[i];
-        seen[p] = 1;
+    uint64_t* seen = scratch(kept_seen, once_seen, words);
+    std::memset(sums, 0, static_cast<size_t>(span) * sizeof(float));  // each sum 0 + its values
+    std::memset(seen, 0, words * sizeof(uint64_t));
+    for (size_t i = 0; i < n; ++i) {  // runs in rank order
+        const int64_t p = pos[i];
+        sums[p] += val[i];
+        seen[p >> 6] |= uint64_t{1} << (p & 63);
     }
-    int64_t u = 0;  // branch-free: whether a position was seen is data-dependent
-    for (int64_t p = 0; p < span && u < static_cast<int64_t>(n); ++p) {
-        out_positions[u] = p;
-        out_sums[u] = sums[p];
-        u += seen[p];
+    int64_t u = 0;
+    for (size_t w = 0; w < words; ++w) {
+        for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+            const int64_t p = static_cast<int64_t>(w) * 64 + __builtin_ctzll(bits);
+            out_positions[u] = p;
+            out_sums[u++] = sums[p];
+        }
     }
     return u;
 }
@@ -123,6 +129,17 @@ bool member_sorted(const int64_t* a, size_t na, const int64_t* b, size_t nb, uin
         if (a[i] <= a[i - 1]) return false;
     for (size_t j = 1; j < nb; ++j)
         if (b[j] <= b[j - 1]) return false;
+    // Where b's span is small beside the elements (a bitmap of at most 4x their bytes), its
+    // positions are marked and a's looked up: independent accesses to a cache-resident map,
+    // where the merge below waits on each comparison (1M in 1M of a 4M tensor: 5.7 ms).
+    const int64_t span = nb ? b[nb - 1] + 1 : 0;
+    if (nb && b[0] >= 0 && span / 256 <= static_cast<int64_t>(na + nb)) {
+        std::vector<uint64_t> map(static_cast<size_t>(span + 63) / 64);
+        for (size_t j = 0; j < nb; ++j) map[b[j] >> 6] |= uint64_t{1} << (b[j] & 63);
+        for (size_t i = 0; i < na; ++i)
+            in[i] = a[i] >= 0 && a[i] < span && (map[a[i] >> 6] >> (a[i] & 63) & 1);
+        return true;
+    }
     size_t i = 0, j = 0;
     while (i < na && j < nb) {  // branch-free; in[i]'s last write is when i moves on
         int64_t x = a[i], y = b[j];

@@ -379,6 +379,29 @@ PyObject* scatter_add(PyObject*, PyObject* args) {
     Py_RETURN_NONE;
 }
 
+PyObject* densify(PyObject*, PyObject* args) {
+    PyObject *dst_obj, *positions_obj, *values_obj;
+    double scale;
+    if (!PyArg_ParseTuple(args, "OOOd", &dst_obj, &positions_obj, &values_obj, &scale))
+        return nullptr;
+    Buffer dst, positions, values;
+    if (!dst.get(dst_obj, true, 4, "dst") || !positions.get(positions_obj, false, 8, "positions") ||
+        !values.get(values_obj, false, 4, "values"))
+        return nullptr;
+    if (positions.count(8) != values.count(4)) {
+        PyErr_SetString(PyExc_ValueError, "densify: positions and values differ in length");
+        return nullptr;
+    }
+    bool written = false;
+    if (!run_released([&] {
+            written = dr::densify(dst.as<float>(), static_cast<int64_t>(dst.count(4)),
+                                  positions.as<int64_t>(), values.as<float>(), values.count(4),
+                                  static_cast<float>(scale));
+        }))
+        return nullptr;
+    return PyBool_FromLong(written);
+}
+
 PyObject* merge_sum(PyObject*, PyObject* args) {
     PyObject *positions_obj, *values_obj, *starts_obj, *out_positions_obj, *out_sums_obj;
     if (!PyArg_ParseTuple(args, "OOOOO", &positions_obj, &values_obj, &starts_obj,
@@ -594,6 +617,9 @@ PyMethodDef methods[] = {
      "entropy_values(entropy value body, count) -> f32 values"},
     {"scatter_add", scatter_add, METH_VARARGS,
      "scatter_add(f32 dst, i64 positions, f32 values, scale): dst[p] += v * scale"},
+    {"densify", densify, METH_VARARGS,
+     "densify(f32 dst, i64 ascending positions, f32 values, scale) -> written: dst = 0, "
+     "dst[p] = 0 + v * scale"},
     {"merge_sum", merge_sum, METH_VARARGS,
      "merge_sum(i64 positions, f32 values, i64 run starts, i64 out, f32 out) -> count or None"},
     {"member_sorted", member_sorted, METH_VARARGS,

@@ -153,3 +153,41 @@ def test_native_scatter_adds_the_same_bits_in_any_order_of_positions(rng, order)
     np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
     with pytest.raises(dr.DeepReduceError):
         scatter_add(fast, np.append(positions, rows * cols), np.append(values, 1), 1.0)
+
+
+@pytest.mark.parametrize("order", ["ascending", "shuffled", "repeated", "outside"])
+@pytest.mark.parametrize("engine", ["native", "numpy"])
+def test_densify_writes_the_bits_of_a_scatter_into_zeros(rng, order, engine, monkeypatch):
+    """densify (a range of the sparse allreduce's total, cleared and its payload written in
+    one pass where the positions ascend) leaves the bits of filling with zeros and adding:
+    every element written, -0.0 and NaN values and a scale included; positions that do not
+    ascend (repeated ones too) take the fill and the scatter, and one outside the range is
+    refused."""
+    from deepreduce_hvd.engine.scatter import densify, scatter_add
+    if engine == "native" and native.engine is None:
+        pytest.skip("native engine not built")
+    if engine == "numpy":
+        if order == "outside":
+            pytest.skip("numpy's scatter relies on the decoders' range checks")
+        monkeypatch.setattr(native, "engine", None)
+    size = 3 * 4096 + 17  # blocks of the native pass and a partial one
+    positions = np.sort(rng.choice(size, 900, replace=False))
+    positions = {"ascending": positions, "shuffled": rng.permutation(positions),
+                 "repeated": np.append(positions, positions[:5]),
+                 "outside": np.append(positions, size)}[order]
+    values = rng.standard_normal(positions.size).astype(np.float32)
+    values[:3] = [-0.0, np.nan, 1e-45]
+    dst = rng.standard_normal(size).astype(np.float32)  # what the buffer held before
+    expected = np.zeros(size, np.float32)
+    if order == "outside":
+        with pytest.raises(dr.DeepReduceError):
+            densify(dst, positions, values, -0.5)
+        return
+    np.add.at(expected, positions, values * np.float32(-0.5))
+    densify(dst, positions, values, -0.5)
+    if order != "repeated":  # outside scatter_add's contract (unique positions) in numpy
+        np.testing.assert_array_equal(dst.view(np.uint32), expected.view(np.uint32))
+    fill_then_add = rng.standard_normal(size).astype(np.float32)
+    fill_then_add.fill(0.0)
+    scatter_add(fill_then_add, positions, values, -0.5)
+    np.testing.assert_array_equal(dst.view(np.uint32), fill_then_add.view(np.uint32))

@@ -106,6 +106,9 @@ def test_owner_sums_in_rank_order_and_senders_find_survivors(engine, monkeypatch
         among = rng.choice(size, int(rng.integers(0, size + 1)), replace=False)
         among = np.sort(among) if trial % 2 else among
         np.testing.assert_array_equal(member(union, among), np.isin(union, among))
+        far = np.sort(rng.choice(1000 * size, union.size, replace=False))  # few in a wide span:
+        far = np.union1d(far[::2], union[1::2] * 1000)  # merged, not marked in a bitmap
+        np.testing.assert_array_equal(member(union * 1000, far), np.isin(union * 1000, far))
 
 
 def test_owner_keeps_exactly_the_largest_magnitudes_ties_by_lowest_position():

@@ -32,7 +32,7 @@ import numpy as np
 from ..compression.pipeline import Pipeline, decode_all
 from ..compression.sparsify import exact_topk
 from ..engine.runs import member, merge_sum
-from ..engine.scatter import scatter_add
+from ..engine.scatter import densify, scatter_add
 from ..errors import DeepReduceError
 from ..wire import frames
 from ..wire.payload import byte_view
@@ -122,6 +122,7 @@ class Exchange:
         self.pipeline, self.name, self.dtype_name = pipeline, name, dtype_name
         self.bounds = self.own = self.keep = self.codecs = None
         self.sent = self.splits = None  # (positions, values) this rank's pieces deliver
+        self.sent_starts = None  # where each range's part of `sent` starts
         self.survivors = None  # the owner's Encoded: what its payload delivers
         self.owner_feedback = None  # (positions, sum - delivered) where the owner's payload lands
         self.sent_bytes, self.encode_s, self.decode_s = 0, 0.0, 0.0
@@ -138,7 +139,7 @@ class Exchange:
         self.bounds, self.own, self.ranks, self.codecs = bounds, own, len(bounds) - 1, (codec, fallback)
         self.keep = keep_count(self.pipeline.selection_count(dense.size, self.name),
                                max(1, len(owning(bounds))))
-        pieces, positions, values = self.pipeline.compress_pieces(
+        pieces, positions, values, self.sent_starts = self.pipeline.compress_pieces(
             self.name, dense, bounds, own, codec, fallback)
         self.sent = positions, values
         self.splits = np.array([len(p) for p in pieces], dtype=np.int32)
@@ -189,19 +190,17 @@ class Exchange:
         if any(p.kind == frames.NONFINITE for p in pieces):
             frame, _ = self.pipeline.frame(None, None, (hi - lo,), self.dtype_name, self.name)
             return frame, 0, None
-        parts = self._decoded(dict(enumerate(pieces)), self._own_piece(lo, hi), (hi - lo,))
+        parts = self._decoded(dict(enumerate(pieces)), self._own_piece(lo), (hi - lo,))
         union, sums = merge_sum(parts)
         decoded = time.perf_counter()
         load = sum(positions.size for _, positions in parts)
         return self._select_and_encode(union, sums, hi - lo), load, decoded
 
-    def _own_piece(self, lo, hi):
-        """(values, positions in the range) of this rank's own piece of [lo, hi), as its
-        payload decodes (the encoder's Encoded values): not decoded again. The pieces were
-        sent in range order, so the range's positions are one block of `sent` (in any order
-        within it): counting those below lo and below hi finds it."""
+    def _own_piece(self, lo):
+        """(values, positions in the range) of this rank's own piece (its range starts at lo),
+        as its payload decodes (the encoder's Encoded values): not decoded again."""
         positions, values = self.sent
-        first, end = np.count_nonzero(positions < lo), np.count_nonzero(positions < hi)
+        first, end = self.sent_starts[self.own], self.sent_starts[self.own + 1]
         return values[first:end], positions[first:end] - lo
 
     def _decoded(self, frames_, own, shape=None):
@@ -264,20 +263,16 @@ class Exchange:
         if sorted(framed) != owning(self.bounds).tolist():
             raise DeepReduceError("the owners' reduced ranges are not this rank's ranges "
                                   f"(frames from ranks {sorted(framed)})")
-        if out is None:
-            total = np.zeros(size, dtype=np.float32)
-        else:
-            total = out.reshape(-1)
-            total.fill(0.0)
+        total = np.empty(size, dtype=np.float32) if out is None else out.reshape(-1)
         delivered = None
         if any(frame.kind == frames.NONFINITE for frame in framed.values()):
-            total[:] = np.nan
-        else:
+            total.fill(np.nan)
+        else:  # the owners' ranges cover the tensor; each is cleared as its payload lands
             delivered = [np.zeros(0, np.int64)]
             own = self.survivors and (self.survivors.values, self.survivors.positions)
             for j, (values, positions) in zip(sorted(framed), self._decoded(framed, own)):
                 lo = int(self.bounds[j])
-                scatter_add(total[lo:int(self.bounds[j + 1])], positions, values, scale)
+                densify(total[lo:int(self.bounds[j + 1])], positions, values, scale)
                 delivered.append(positions + lo)
             decoded, delivered = time.perf_counter(), np.concatenate(delivered)
             self._settle(delivered)

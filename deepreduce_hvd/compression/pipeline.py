@@ -404,12 +404,13 @@ class Pipeline:
         range [bounds[j], bounds[j+1]) of the flattened gradient (b"" where it is empty),
         holding this rank's selection in that range at positions relative to its start (each
         piece encoded on its own). Error feedback as in compress; `own` is this rank's range
-        (its piece stays here: not counted as sent). -> (frames, positions, values): what the receivers will
-        reconstruct, flat positions of the whole tensor."""
+        (its piece stays here: not counted as sent). -> (frames, positions, values, starts):
+        what the receivers will reconstruct, flat positions of the whole tensor, range j's
+        at [starts[j], starts[j+1])."""
         start = time.perf_counter()
         bounds = [int(b) for b in bounds]
         picked = self._pick(name, dense)
-        pieces, positions, values = [], [], []
+        pieces, positions, values, counts = [], [], [], np.zeros(len(bounds), np.int64)
         if picked is not None:
             chosen, indices, _, compensated = picked
             if not ascending(indices):  # top-k and threshold select in ascending order
@@ -430,12 +431,13 @@ class Pipeline:
             if encoded is not None:
                 positions.append(encoded.positions + lo)
                 values.append(np.asarray(encoded.values, np.float32))
+                counts[j + 1] = len(encoded.positions)
         positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
         values = np.concatenate(values) if values else np.zeros(0, np.float32)
         self._feed_back(name, picked, (positions, values))
         self.stats.bytes_sent += sum(len(p) for j, p in enumerate(pieces) if j != own)
         self._count_sparse(name, dense.shape, time.perf_counter() - start, picked is None)
-        return pieces, positions, values
+        return pieces, positions, values, np.cumsum(counts)
 
     def decompress(self, gathered: Buffer, shape: Sequence[int], dtype_name: str, ranks: int,
                    name: Optional[str] = None, out: Optional[np.ndarray] = None,
