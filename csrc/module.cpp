@@ -357,46 +357,38 @@ PyObject* entropy_values(PyObject*, PyObject* args) {
     });
 }
 
-PyObject* scatter_add(PyObject*, PyObject* args) {
+// The arguments of scatter_add and densify, (f32 dst, i64 positions, f32 values, scale),
+// checked and handed to kernel(dst, n, positions, values, count, scale) without the GIL.
+template <typename Kernel>
+bool run_scatter(PyObject* args, const char* what, Kernel kernel) {
     PyObject *dst_obj, *positions_obj, *values_obj;
     double scale;
     if (!PyArg_ParseTuple(args, "OOOd", &dst_obj, &positions_obj, &values_obj, &scale))
-        return nullptr;
+        return false;
     Buffer dst, positions, values;
     if (!dst.get(dst_obj, true, 4, "dst") || !positions.get(positions_obj, false, 8, "positions") ||
         !values.get(values_obj, false, 4, "values"))
-        return nullptr;
+        return false;
     if (positions.count(8) != values.count(4)) {
-        PyErr_SetString(PyExc_ValueError, "scatter_add: positions and values differ in length");
-        return nullptr;
+        PyErr_Format(PyExc_ValueError, "%s: positions and values differ in length", what);
+        return false;
     }
-    if (!run_released([&] {
-            dr::scatter_add(dst.as<float>(), static_cast<int64_t>(dst.count(4)),
-                            positions.as<int64_t>(), values.as<float>(), values.count(4),
-                            static_cast<float>(scale));
-        }))
-        return nullptr;
+    return run_released([&] {
+        kernel(dst.as<float>(), static_cast<int64_t>(dst.count(4)), positions.as<int64_t>(),
+               values.as<float>(), values.count(4), static_cast<float>(scale));
+    });
+}
+
+PyObject* scatter_add(PyObject*, PyObject* args) {
+    if (!run_scatter(args, "scatter_add", dr::scatter_add)) return nullptr;
     Py_RETURN_NONE;
 }
 
 PyObject* densify(PyObject*, PyObject* args) {
-    PyObject *dst_obj, *positions_obj, *values_obj;
-    double scale;
-    if (!PyArg_ParseTuple(args, "OOOd", &dst_obj, &positions_obj, &values_obj, &scale))
-        return nullptr;
-    Buffer dst, positions, values;
-    if (!dst.get(dst_obj, true, 4, "dst") || !positions.get(positions_obj, false, 8, "positions") ||
-        !values.get(values_obj, false, 4, "values"))
-        return nullptr;
-    if (positions.count(8) != values.count(4)) {
-        PyErr_SetString(PyExc_ValueError, "densify: positions and values differ in length");
-        return nullptr;
-    }
     bool written = false;
-    if (!run_released([&] {
-            written = dr::densify(dst.as<float>(), static_cast<int64_t>(dst.count(4)),
-                                  positions.as<int64_t>(), values.as<float>(), values.count(4),
-                                  static_cast<float>(scale));
+    if (!run_scatter(args, "densify", [&](float* dst, int64_t n, const int64_t* positions,
+                                          const float* values, size_t count, float scale) {
+            written = dr::densify(dst, n, positions, values, count, scale);
         }))
         return nullptr;
     return PyBool_FromLong(written);
