@@ -7,7 +7,7 @@ import numpy as np
 import deepreduce_hvd as dr
 import harness
 from deepreduce_hvd.comm import planner, sparse_allreduce
-from deepreduce_hvd.comm.sparse_allreduce import Exchange
+from deepreduce_hvd.comm.sparse_allreduce import HEAD, Exchange
 from shims import shim_for
 
 FRAMEWORK = os.environ.get("DEEPREDUCE_FRAMEWORK", "torch")
@@ -127,6 +127,33 @@ def check_a_corrupted_piece_raises_on_every_rank_and_the_job_goes_on():
     finally:
         Exchange.scatter = scatter
     assert np.isfinite(shim.allreduce(np.ones(SIZE, np.float32), "bad", compression)).all()
+
+
+def check_a_corrupted_reduced_range_raises_on_every_rank_and_the_job_goes_on():
+    """Rank 1 damages the survivors it allgathers (every rank reads them, rank 1 too, which
+    would otherwise add the values it kept): every rank raises DeepReduceError for that
+    tensor, none writes a wrong gradient or waits, and the next step works."""
+    compression = shim.DeepReduce(ratio=0.01, index="golomb", value="fp16", objective="bytes",
+                                  collective="sparse_allreduce")
+    reduce = Exchange.reduce
+
+    def damaged(self, received):
+        message = reduce(self, received).copy()
+        assert message.size > HEAD.size + 8  # rank 1 owns a range of this tensor
+        message[HEAD.size + 8:] ^= 0x5A  # the frame past its magic and fingerprint
+        return message
+
+    if rank == 1:
+        Exchange.reduce = damaged
+    try:
+        shim.allreduce(np.ones(SIZE, np.float32) + rank, "bad survivors", compression)
+    except Exception as exc:  # noqa: BLE001 - eagerly DeepReduceError, as TF re-raises it
+        assert isinstance(exc, dr.DeepReduceError) or "DeepReduceError" in str(exc), exc
+    else:
+        raise AssertionError("no DeepReduceError")
+    finally:
+        Exchange.reduce = reduce
+    assert np.isfinite(shim.allreduce(np.ones(SIZE, np.float32), "bad survivors", compression)).all()
 
 
 def check_the_planner_mixes_both_routes_and_every_rank_agrees():
