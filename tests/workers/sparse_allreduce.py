@@ -102,58 +102,48 @@ def check_nonfinite_gradient_on_one_rank_gives_nan_everywhere():
     assert np.isfinite(out).all()
 
 
-def check_a_corrupted_piece_raises_on_every_rank_and_the_job_goes_on():
-    """Rank 1 damages the piece it sends to rank 2's range (only rank 2 reads it): every rank
-    raises DeepReduceError for that tensor, none waits, and the next step works."""
+def raised_everywhere(name, method, damage):
+    """Rank 1's Exchange.<method> output damaged by damage(exchange, bytes): every rank must
+    raise DeepReduceError for that tensor, none wait, and the next step work. -> the error."""
     compression = shim.DeepReduce(ratio=0.01, index="golomb", value="fp16", objective="bytes",
                                   collective="sparse_allreduce")
-    scatter = Exchange.scatter
+    original = getattr(Exchange, method)
 
     def damaged(self, *args):
-        pieces = scatter(self, *args).copy()
-        start = int(self.splits[:2].sum())
-        pieces[start + 8:start + int(self.splits[2])] ^= 0x5A  # past the magic and fingerprint
-        return pieces
+        return damage(self, original(self, *args).copy())
 
     if rank == 1:
-        Exchange.scatter = damaged
+        setattr(Exchange, method, damaged)
     try:
-        shim.allreduce(np.ones(SIZE, np.float32) + rank, "bad", compression)
+        shim.allreduce(np.ones(SIZE, np.float32) + rank, name, compression)
     except Exception as exc:  # noqa: BLE001 - eagerly DeepReduceError, as TF re-raises it
         assert isinstance(exc, dr.DeepReduceError) or "DeepReduceError" in str(exc), exc
-        assert "range" in str(exc), exc
+        error = str(exc)
     else:
         raise AssertionError("no DeepReduceError")
     finally:
-        Exchange.scatter = scatter
-    assert np.isfinite(shim.allreduce(np.ones(SIZE, np.float32), "bad", compression)).all()
+        setattr(Exchange, method, original)
+    assert np.isfinite(shim.allreduce(np.ones(SIZE, np.float32), name, compression)).all()
+    return error
+
+
+def check_a_corrupted_piece_raises_on_every_rank_and_the_job_goes_on():
+    """Rank 1 damages the piece it sends to rank 2's range (only rank 2 reads it)."""
+    def damage(exchange, pieces):
+        start = int(exchange.splits[:2].sum())
+        pieces[start + 8:start + int(exchange.splits[2])] ^= 0x5A  # past magic and fingerprint
+        return pieces
+    assert "range" in raised_everywhere("bad", "scatter", damage)
 
 
 def check_a_corrupted_reduced_range_raises_on_every_rank_and_the_job_goes_on():
     """Rank 1 damages the survivors it allgathers (every rank reads them, rank 1 too, which
-    would otherwise add the values it kept): every rank raises DeepReduceError for that
-    tensor, none writes a wrong gradient or waits, and the next step works."""
-    compression = shim.DeepReduce(ratio=0.01, index="golomb", value="fp16", objective="bytes",
-                                  collective="sparse_allreduce")
-    reduce = Exchange.reduce
-
-    def damaged(self, received):
-        message = reduce(self, received).copy()
+    would otherwise add the values it kept): no rank writes a wrong gradient."""
+    def damage(exchange, message):
         assert message.size > HEAD.size + 8  # rank 1 owns a range of this tensor
         message[HEAD.size + 8:] ^= 0x5A  # the frame past its magic and fingerprint
         return message
-
-    if rank == 1:
-        Exchange.reduce = damaged
-    try:
-        shim.allreduce(np.ones(SIZE, np.float32) + rank, "bad survivors", compression)
-    except Exception as exc:  # noqa: BLE001 - eagerly DeepReduceError, as TF re-raises it
-        assert isinstance(exc, dr.DeepReduceError) or "DeepReduceError" in str(exc), exc
-    else:
-        raise AssertionError("no DeepReduceError")
-    finally:
-        Exchange.reduce = reduce
-    assert np.isfinite(shim.allreduce(np.ones(SIZE, np.float32), "bad survivors", compression)).all()
+    raised_everywhere("bad survivors", "reduce", damage)
 
 
 def check_the_planner_mixes_both_routes_and_every_rank_agrees():
