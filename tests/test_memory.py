@@ -134,17 +134,24 @@ def test_an_fp32_send_after_a_cleared_residual_is_the_gradient_itself(rng):
     something back again, the next fp32 send carries it, and nothing is lost."""
     pipeline = dr.Pipeline(ratio=0.01, index="golomb", value="raw")
     grads = [rng.standard_normal(5000).astype(np.float32) for _ in range(4)]
+    assert pipeline.holds_nothing(None)                # unnamed: no residual kept
     pipeline.compress("w", grads[0])                  # sparse: 99% held back
+    assert not pipeline.holds_nothing("w")
     held = pipeline.memory.residual("w").copy()
     sent = pipeline.compress_dense("w", grads[1])
     np.testing.assert_array_equal(sent, grads[1] + held)
+    assert pipeline.holds_nothing("w")                 # what the communicator hands Horovod as is
     sent = pipeline.compress_dense("w", grads[2])
     assert np.shares_memory(sent, grads[2])            # the gradient itself
     assert not pipeline.memory.residual("w").any()
     pipeline.compress("w", grads[3])
     held = pipeline.memory.residual("w").copy()
-    assert held.any()
+    assert held.any() and not pipeline.holds_nothing("w")
     np.testing.assert_array_equal(pipeline.compress_dense("w", grads[0]), grads[0] + held)
+    for options in (dict(local_clip_norm=1.0), dict(momentum=0.9)):  # what the optimizer gets
+        other = dr.Pipeline(ratio=0.01, index="golomb", value="raw", **options)  # is not the
+        other.compress_dense("w", grads[0])                                      # sum as is
+        assert not other.holds_nothing("w") and not other.holds_nothing(None)
 
 
 @pytest.mark.parametrize("index", ["bitmap", "bloom", {"id": "bloom", "policy": "random"}, "deflate",

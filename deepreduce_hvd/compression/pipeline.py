@@ -513,7 +513,7 @@ class Pipeline:
         start = time.perf_counter()
         memory = self.memory if name is not None else None
         dense = self._clipped(dense)
-        if memory is not None and not half and self.momentum is None and memory.is_zero(name):
+        if memory is not None and not half and self.holds_nothing(name):
             memory = None  # nothing held back (the last fp32 send cleared it): the gradient as is
         if memory is not None:
             if self.momentum is not None:
@@ -534,6 +534,13 @@ class Pipeline:
                     self.momentum.reset(name)
         self.count_dense(sent.nbytes, dense.size, time.perf_counter() - start, name)
         return sent
+
+    def holds_nothing(self, name: Optional[str]) -> bool:
+        """Whether an fp32 send of `name` is the gradient as it is and what the optimizer is
+        handed is the average itself: no local clipping, no momentum correction, and no
+        residual held back (none kept, or the last fp32 send cleared it)."""
+        return self.local_clip_norm is None and self.momentum is None and (
+            self.memory is None or name is None or self.memory.is_zero(name))
 
     def count_dense(self, nbytes, size, seconds, name=None):
         """Stats (and the step) of one tensor handed to Horovod's own allreduce."""

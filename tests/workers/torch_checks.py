@@ -312,6 +312,41 @@ def check_step_guard():
     assert guard["skipped_ms"] == {}, guard
 
 
+class Recording(DeepReduce):
+    """DeepReduce that records, for each compress, whether Horovod was handed the tensor
+    itself and no context."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.handed = []
+
+    def compress(self, tensor):
+        sent, ctx = super().compress(tensor)
+        self.handed.append((sent is tensor, ctx is None))
+        return sent, ctx
+
+
+def check_fp32_route_hands_horovod_the_gradient_itself():
+    """A tensor that travels by Horovod's fp32 allreduce with nothing held back for it is
+    handed to Horovod as it is, with no context: the same bits as Horovod's own dense
+    allreduce. Its first send makes (and clears) its residual; a bf16 gradient, which
+    Horovod cannot sum, travels as float32 and comes back bf16."""
+    compression = Recording(bandwidth="100gbit", value="raw", min_size=10**6, lowrank=0)  # fp32
+    for step in range(3):
+        t = torch.randn(300, 50)
+        got = hvd.allreduce(t, name="as_is", compression=compression)
+        torch.testing.assert_close(got, hvd.allreduce(t, name="as_is.dense"), rtol=0, atol=0)
+    assert compression.handed == [(False, False), (True, True), (True, True)], compression.handed
+    assert compression.stats()["tensors_allreduced"] == 3, compression.stats()
+    for step in range(2):
+        t = torch.randn(300, 50).bfloat16()
+        got = hvd.allreduce(t, name="as_is.bf16", compression=compression)
+        assert got.dtype == torch.bfloat16, got.dtype
+        want = hvd.allreduce(t.float(), name="as_is.bf16.dense").bfloat16()
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert compression.handed[3:] == [(False, False)] * 2, compression.handed
+
+
 def check_lowrank_mismatches():
     """Ranks whose low-rank factors cannot agree (another shape, another rank) get a
     DeepReduceError, not Horovod's own error or a hang."""
