@@ -17,8 +17,9 @@ SMALL = LARGE._replace(size=10, shape=(10,))
 
 
 class Job:
-    """Steps of a job with two routed tensors; a step's seconds depend on its arm, and a
-    switch of arm adds `switch` seconds to the first step of the new one."""
+    """Steps of a job with two routed tensors; a step's seconds depend on its arm (a list:
+    its steps in turn), and a switch of arm adds `switch` seconds to the first step of the
+    new one."""
 
     def __init__(self, seconds, switch=0.0, sizes=(0, 0)):
         self.now, self.seconds, self.switch, self.last = 0.0, seconds, switch, PLANNED
@@ -33,7 +34,10 @@ class Job:
             kinds = {guard.kind(key, size) for key, size in zip(("pacer", "other"), self.sizes)}
             assert len(kinds) == 1, kinds  # every tensor of a step alike
             arm = kinds.pop() or PLANNED
-            self.now += self.seconds[arm] + (self.switch if arm != self.last else 0.0)
+            seconds = self.seconds[arm]
+            if isinstance(seconds, list):
+                seconds = seconds[sum(a == arm for a in arms) % len(seconds)]
+            self.now += seconds + (self.switch if arm != self.last else 0.0)
             arms.append(arm)
             self.last = arm
         return arms
@@ -95,10 +99,25 @@ def test_an_arm_of_more_work_wins_only_by_the_margin_over_one_of_less():
     assert guard.winner == SPARSE
 
 
+def test_an_arm_of_more_work_wins_only_if_its_slowest_step_beats_the_others_fastest():
+    """fp16 with one step 20% faster than fp32's and one 2% slower (a lucky step): fp32
+    runs, and its times are reported; fp16 with both timed steps 10% faster wins."""
+    job = Job({PLANNED: 1.2, SPARSE: 1.2, ALLREDUCE_FP16: [0.5, 0.8, 1.02], ALLREDUCE: 1.0})
+    guard = guard_of(job)
+    job.run(guard, 4 + 12 + 1)
+    assert guard.winner == ALLREDUCE
+    report = guard.report()
+    assert report["compared_ms"][ALLREDUCE_FP16] == pytest.approx(800.0)
+    assert report["slowest_ms"][ALLREDUCE_FP16] == pytest.approx(1020.0)
+    job.seconds[ALLREDUCE_FP16] = [0.5, 0.85, 0.88]
+    job.run(guard, 10 + 12 + 1)
+    assert guard.winner == ALLREDUCE_FP16
+
+
 def test_the_agreed_times_decide_not_this_ranks():
     """This rank measures fp16 faster; averaged with the other rank's times the plan is."""
     job = Job({PLANNED: 0.3, SPARSE: 0.5, ALLREDUCE_FP16: 0.2, ALLREDUCE: 0.4})
-    other = np.array([0.1, 0.5, 0.6, 0.4])
+    other = np.array([0.1, 0.5, 0.6, 0.4] * 2)  # fastest steps, then slowest
     guard = guard_of(job, agree=lambda seconds: (np.asarray(seconds) + other) / 2)
     job.run(guard, 4 + 12 + 1)
     assert guard.winner == PLANNED
