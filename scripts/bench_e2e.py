@@ -221,9 +221,13 @@ def synthetic(repeats, rate=None, framework="torch"):
 
 
 def guard_verdict(guard):
-    """The step guard's winner and the step times it compared, in a table cell."""
-    return "; ".join(f"{name}: {g['winner']} (" + ", ".join(f"{arm} {ms / 1e3:.2f} s" for arm, ms in
-                                                            g["compared_ms"].items()) + ")"
+    """The step guard's winner and the step times it compared (fastest-slowest), in a table
+    cell."""
+    def steps(g, arm):
+        fastest, slowest = g["compared_ms"][arm] / 1e3, g.get("slowest_ms", {}).get(arm)
+        return f"{fastest:.2f}" + (f"-{slowest / 1e3:.2f}" if slowest is not None else "") + " s"
+    return "; ".join(f"{name}: {g['winner']} (" + ", ".join(f"{arm} {steps(g, arm)}" for arm in
+                                                            g["compared_ms"]) + ")"
                      for name, g in (guard or {}).items())
 
 
