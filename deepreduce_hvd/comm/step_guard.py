@@ -174,7 +174,8 @@ class StepGuard:
             elements = int(state.get("elements", 0))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DeepReduceError(f"not a step guard state: {type(exc).__name__}: {exc}") from exc
-        arms = set(compared) | set(slowest) | set(times) | set(pending or ()) | set(skipped) | {winner}
+        arms = set(compared) | set(slowest) | set(times) | set(pending or ()) | set(skipped) | \
+            {winner}
         if not arms <= set(self.arms) or trial not in self.arms + (None,):
             raise DeepReduceError(f"a step guard state of other arms than {self.arms}: {state}")
         if not 0 <= left <= self.trial_steps or elements < 0 or following <= step and pending is None:
