@@ -157,8 +157,13 @@ def test_a_restored_guard_keeps_the_schedule_and_the_winner(floor):
         head = job.run(first, cut)
         resumed = guard_of(job, floor=floor)
         resumed.load_state_dict(first.state_dict())
+        assert resumed.report() == first.report()  # the winner, fastest and slowest steps
         assert head + job.run(resumed, 40 - cut) == whole
         assert resumed.winner == ALLREDUCE_FP16
+    older = {k: v for k, v in first.state_dict().items() if k != "slowest"}  # saved before them
+    resumed = guard_of(job, floor=floor)
+    resumed.load_state_dict(older)
+    assert resumed.report()["slowest_ms"] == first.report()["compared_ms"]
 
 
 def guarded_policy(seconds, bandwidth=GBIT):
@@ -220,7 +225,13 @@ def test_the_planners_wire_floors_a_dense_arm_by_the_bytes_it_moves():
                                    {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
                                     "pending": [PLANNED], "left": 7},
                                    {"step": 30, "winner": PLANNED, "compared": {}, "times": {},
-                                    "next": 20}])
+                                    "next": 20},
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
+                                    "slowest": {"other": 1.0}},
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
+                                    "slowest": "x"},
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
+                                    "slowest": None}])
 def test_a_malformed_guard_state_is_refused(state):
     with pytest.raises(dr.DeepReduceError):
         guard_of(Job({})).load_state_dict(state)
