@@ -159,6 +159,11 @@ class Adapter:
     def wait(self, handle: Any) -> Any:
         return handle
 
+    def ready(self, handle: Any) -> bool:
+        """Whether `wait(handle)` would return at once (False where a framework cannot tell:
+        the handle is then waited for when its result is needed)."""
+        return False
+
     # ---- blocking collectives, run eagerly (calibration, agreement, topology) ----
     def time_allreduce(self, elements: int, half: bool, process_set: Any, name: str) -> float:
         """Seconds for Horovod's allreduce of `elements` zeros (float16 if half)."""

@@ -83,6 +83,9 @@ class TorchAdapter(Adapter):
     def wait(self, handle):
         return hvd.synchronize(handle)
 
+    def ready(self, handle):
+        return hvd.poll(handle)
+
     def time_allreduce(self, elements, half, process_set, name):
         tensor = torch.zeros(elements, dtype=torch.float16 if half else torch.float32)
         start = time.perf_counter()

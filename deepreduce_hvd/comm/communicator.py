@@ -171,6 +171,8 @@ class Communicator:
     def compress(self, tensor: Any, caller: Caller) -> tuple:
         """-> (what Horovod's allreduce gets, the flight decompress takes; None: unchanged)."""
         adapter = self.adapter
+        if self._projecting:
+            self._settle_ready()
         info = adapter.info(tensor)
         process_set = self.process_set(caller.process_set)
         state = self.set_state(process_set)
@@ -436,18 +438,36 @@ class Communicator:
     def _settle_all(self):
         """Every low-rank flight: Q_i from the reduced P, and the allreduces of the Q_i (all
         started before decompress waits for any)."""
-        adapter, batch, self._projecting = self.adapter, self._projecting, []
+        batch, self._projecting = self._projecting, []
         for f in batch:
-            ranks, planner = adapter.set_size(f.process_set), f.state.policy.planner
+            self._settle(f)
 
-            def settle(p_sum, f=f, ranks=ranks, planner=planner):
-                q_own, (encode_s, decode_s) = f.state.pipeline.settle(f.name, p_sum, ranks)
-                nbytes = 4.0 * (p_sum.size - f.state.pipeline.TIMES + q_own.size)
-                planner.observe(f.key, f.plans["current"], Measured(encode_s, nbytes, decode_s))
-                return q_own
-            q_own = adapter.host_call(settle, [_agreed(adapter.wait, f.handle)], "float32")
-            f.handle = _agreed(adapter.allreduce_sum, q_own,
-                               f"DeepReduce.Q.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
+    def _settle_ready(self):
+        """The low-rank flights whose reduced P has arrived, settled now, while backward still
+        runs: their Q round overlaps the rest of it instead of queuing behind the last
+        tensors' allreduces at decompress (ranks may start the Q allreduces in different
+        orders: Horovod matches them by name)."""
+        waiting = []
+        for f in self._projecting:
+            if self.adapter.ready(f.handle):
+                self._settle(f)
+            else:
+                waiting.append(f)
+        self._projecting = waiting
+
+    def _settle(self, f):
+        """Q_i of one low-rank flight from its reduced P, and the start of its allreduce."""
+        adapter, ranks, planner = self.adapter, self.adapter.set_size(f.process_set), \
+            f.state.policy.planner
+
+        def settle(p_sum):
+            q_own, (encode_s, decode_s) = f.state.pipeline.settle(f.name, p_sum, ranks)
+            nbytes = 4.0 * (p_sum.size - f.state.pipeline.TIMES + q_own.size)
+            planner.observe(f.key, f.plans["current"], Measured(encode_s, nbytes, decode_s))
+            return q_own
+        q_own = adapter.host_call(settle, [_agreed(adapter.wait, f.handle)], "float32")
+        f.handle = _agreed(adapter.allreduce_sum, q_own,
+                           f"DeepReduce.Q.{f.key}@{adapter.set_id(f.process_set)}", f.process_set)
 
     def _reconstruct(self, reduced, flight):
         """P^ Q^T scaled by the reduced placeholder, into the gradient's own buffer where

@@ -2,6 +2,8 @@
 
 Checks are the check_* functions (tests/workers/harness.py records each rank's outcome).
 """
+import time
+
 import horovod.torch as hvd
 import numpy as np
 import torch
@@ -345,6 +347,29 @@ def check_fp32_route_hands_horovod_the_gradient_itself():
         want = hvd.allreduce(t.float(), name="as_is.bf16.dense").bfloat16()
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert compression.handed[3:] == [(False, False)] * 2, compression.handed
+
+
+def check_lowrank_second_round_starts_before_decompress():
+    """A low-rank flight whose reduced P has arrived settles at the next compress (in a
+    training step: while backward still runs) and starts its Q allreduce there, not at
+    decompress; what it delivers is unchanged (a sum of rank-1 gradients, exactly)."""
+    gen = torch.Generator().manual_seed(5)
+    u, v = torch.randn(96, generator=gen), torch.randn(80, generator=gen)
+    compression = DeepReduce(bandwidth="10mbit", lowrank=1)
+    sent, flight = compression.compress(named((rank + 1) * torch.outer(u, v), "early.first"))
+    placeholder = hvd.allreduce_async(sent, name="early.first.placeholder")
+    deadline = time.monotonic() + 60
+    while not hvd.poll(flight.handle):  # the P round of every rank done
+        assert time.monotonic() < deadline, "the P round did not finish in 60 s"
+        time.sleep(0.01)
+    p_round = flight.handle
+    sent_later, later = compression.compress(named(torch.randn(96, 80), "early.later"))
+    assert flight.handle is not p_round, "the Q round waited for decompress"
+    placeholder_later = hvd.allreduce_async(sent_later, name="early.later.placeholder")
+    got = compression.decompress(hvd.synchronize(placeholder), flight)
+    torch.testing.assert_close(got, (size + 1) / 2 * torch.outer(u, v), rtol=1e-4, atol=1e-4)
+    compression.decompress(hvd.synchronize(placeholder_later), later)
+    assert compression.stats()["tensors_lowrank"] == 2, compression.stats()
 
 
 def check_lowrank_mismatches():
