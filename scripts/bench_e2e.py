@@ -28,8 +28,9 @@ HOROVODRUN = str(Path(PY).parent / "horovodrun")
 NAMESPACE = "deepreduce-bench"
 
 # untimed steps: the time-aware planner's exploration (3 warm steps, 3 per candidate: 15) and
-# the step guard's first comparison (3 steps of each of 4 arms)
-WARMUP = 29
+# the step guard's first comparison (3 steps of each of 4 arms, and 3 more of the plan where
+# the dense arms' verdict changed the plan's dense kind)
+WARMUP = 32
 CONFIGS = {
     "DeepReduce default": ["--compression", "deepreduce"],
     "dense fp32": ["--compression", "none"],
@@ -227,7 +228,8 @@ def guard_verdict(guard):
         fastest, slowest = g["compared_ms"][arm] / 1e3, g.get("slowest_ms", {}).get(arm)
         return f"{fastest:.2f}" + (f"-{slowest / 1e3:.2f}" if slowest is not None else "") + " s"
     return "; ".join(f"{name}: {g['winner']} (" + ", ".join(f"{arm} {steps(g, arm)}" for arm in
-                                                            g["compared_ms"]) + ")"
+                                                            g["compared_ms"]) +
+                     (f"; the plan's dense tensors by {g['dense']}" if g.get("dense") else "") + ")"
                      for name, g in (guard or {}).items())
 
 

@@ -39,6 +39,25 @@ def test_fp16_that_is_slow_to_reduce_gives_way_to_fp32():
     assert planner(links=links).dense == ALLREDUCE
 
 
+def test_the_plans_dense_tensors_take_the_kind_whole_steps_chose():
+    """Calibrated alone fp16 leads; once the step guard's dense arms find fp32 faster, the
+    tensors the plan sent by fp16 go by fp32 (and back); a kind that changes nothing, or fp16
+    where values must stay exact, is refused."""
+    chooser = planner()
+    assert chooser.plan("small", 2000, True).kind == ALLREDUCE_FP16
+    assert chooser.use_dense(ALLREDUCE) is True
+    assert chooser.plan("small", 2000, True).kind == ALLREDUCE
+    assert chooser.use_dense(ALLREDUCE) is False
+    assert chooser.use_dense(ALLREDUCE_FP16) is True
+    assert chooser.plan("small", 2000, True).kind == ALLREDUCE_FP16
+    exact = planner(allow_fp16=False)
+    exact.plan("small", 2000, True)
+    assert exact.use_dense(ALLREDUCE_FP16) is False and exact.dense == ALLREDUCE
+    sparse_only = planner()
+    assert sparse_only.plan("large", 4_000_000, True).kind == ALLGATHER
+    assert sparse_only.use_dense(ALLREDUCE) is False  # no tensor of the plan went dense
+
+
 @pytest.mark.parametrize("size, kind", [(2000, ALLREDUCE_FP16), (4_000_000, ALLGATHER)])
 def test_small_tensors_allreduce_and_large_ones_allgather_at_1gbit(size, kind):
     assert planner().plan("w", size, True).kind == kind

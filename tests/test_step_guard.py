@@ -166,6 +166,54 @@ def test_a_restored_guard_keeps_the_schedule_and_the_winner(floor):
     assert resumed.report()["slowest_ms"] == first.report()["compared_ms"]
 
 
+class Replanned:
+    """A plan whose step time follows the dense kind its dense tensors take."""
+
+    def __init__(self, job, seconds, kind=ALLREDUCE_FP16):
+        self.job, self.seconds, self.kinds = job, seconds, [kind]
+        job.seconds[PLANNED] = seconds[kind]
+
+    def __call__(self, kind):
+        changed = kind != self.kinds[-1]
+        self.kinds.append(kind)
+        self.job.seconds[PLANNED] = self.seconds[kind]
+        return changed
+
+
+def test_the_dense_arms_verdict_sets_the_plans_dense_kind_and_the_plan_runs_again():
+    """Calibrated alone the plan sends its dense tensors by fp16; in whole steps fp32 is
+    faster (fp16 not by the margin): the plan's dense tensors take fp32 and the plan runs its
+    trial again, and that plan is what is compared and wins. A restored guard gives the plan
+    the same kind; the next comparison, where fp32 stays, does not run the plan twice."""
+    job = Job({SPARSE: 1.2, ALLREDUCE_FP16: 1.02, ALLREDUCE: 1.0})
+    plan = Replanned(job, {ALLREDUCE_FP16: 1.1, ALLREDUCE: 0.8})
+    guard = StepGuard(ARMS, 5, np.asarray, trial_steps=3, period=10, clock=job.clock,
+                      replan=plan)
+    arms = job.run(guard, 4 + 15 + 1)
+    assert arms == [PLANNED] * 7 + [SPARSE] * 3 + [ALLREDUCE_FP16] * 3 + [ALLREDUCE] * 3 \
+        + [PLANNED] * 4
+    assert plan.kinds == [ALLREDUCE_FP16, ALLREDUCE]
+    assert guard.winner == PLANNED and guard.compared[PLANNED] == pytest.approx(0.8)
+    assert guard.report()["dense"] == ALLREDUCE
+    restored = Replanned(Job({}), {ALLREDUCE_FP16: 1.1, ALLREDUCE: 0.8})
+    StepGuard(ARMS, 5, np.asarray, trial_steps=3, replan=restored).load_state_dict(
+        guard.state_dict())
+    assert restored.kinds == [ALLREDUCE_FP16, ALLREDUCE]
+    assert job.run(guard, 9 + 12 + 1)[-13:] == [PLANNED] * 3 + [SPARSE] * 3 + \
+        [ALLREDUCE_FP16] * 3 + [ALLREDUCE] * 3 + [PLANNED]
+    assert plan.kinds == [ALLREDUCE_FP16, ALLREDUCE, ALLREDUCE] and guard.winner == PLANNED
+
+
+def test_fp16_faster_by_the_margin_keeps_the_plans_fp16_and_its_first_trial():
+    job = Job({SPARSE: 1.2, ALLREDUCE_FP16: 0.8, ALLREDUCE: 1.0})
+    plan = Replanned(job, {ALLREDUCE_FP16: 0.7, ALLREDUCE: 0.9})
+    guard = StepGuard(ARMS, 5, np.asarray, trial_steps=3, period=10, clock=job.clock,
+                      replan=plan)
+    assert job.run(guard, 4 + 12 + 1)[-1] == PLANNED
+    assert plan.kinds == [ALLREDUCE_FP16, ALLREDUCE_FP16]
+    assert guard.compared[PLANNED] == pytest.approx(0.7)
+
+
 def guarded_policy(seconds, bandwidth=GBIT):
     """A time-aware Policy whose guard sees `seconds` a step per arm, run past its first
     comparison, with tensors "a" (LARGE) and "b" (SMALL) routed at every step."""
@@ -231,7 +279,9 @@ def test_the_planners_wire_floors_a_dense_arm_by_the_bytes_it_moves():
                                    {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
                                     "slowest": "x"},
                                    {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
-                                    "slowest": None}])
+                                    "slowest": None},
+                                   {"step": 3, "winner": PLANNED, "compared": {}, "times": {},
+                                    "dense": SPARSE}])
 def test_a_malformed_guard_state_is_refused(state):
     with pytest.raises(dr.DeepReduceError):
         guard_of(Job({})).load_state_dict(state)

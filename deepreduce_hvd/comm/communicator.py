@@ -133,8 +133,9 @@ class Communicator:
     def _guard(self, planner, process_set, traced):
         """The step guard of a time-aware set: the plan against the sparse arm and Horovod's
         allreduce of every tensor (fp16 where values may be lossy, and fp32), first once the
-        planner settled (a dense arm whose wire alone outlasts the plan's step is not run). In
-        a traced graph the plan against fp16 and fp32 (see _switched)."""
+        planner settled (a dense arm whose wire alone outlasts the plan's step is not run;
+        the dense arms' verdict sets the plan's dense dtype). In a traced graph the plan
+        against fp16 and fp32 (see _switched), whose traced dense kinds stay."""
         adapter = self.adapter
         arms = (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
         if traced:  # a graph's tensors keep their traced kinds (see _switched)
@@ -145,7 +146,8 @@ class Communicator:
 
         def floor(arm, elements):  # a dense arm's wire alone
             return planner.wire(arm, elements) if arm in (ALLREDUCE, ALLREDUCE_FP16) else None
-        return StepGuard(arms, planner.settled_after + 1, agree, floor=floor)
+        return StepGuard(arms, planner.settled_after + 1, agree, floor=floor,
+                         replan=None if traced else planner.use_dense)
 
     def _planner(self, state, process_set):
         options, pipeline = self.options, state.pipeline

@@ -272,6 +272,17 @@ class TimePlanner:
         warm = max(self.warm_steps, self.pipeline.warmup_steps)
         return warm + self.explore_steps * len(self.candidates)
 
+    def use_dense(self, kind):
+        """Every dense tensor of the plan takes `kind` from now on (the step guard's verdict
+        of whole steps, comm/step_guard.py); True where a tensor the plan sent dense changes."""
+        if kind == self.dense or kind not in (ALLREDUCE, ALLREDUCE_FP16) or \
+                kind == ALLREDUCE_FP16 and not self.allow_fp16:
+            return False
+        old, self.dense = self.dense, kind
+        for state in self._tensors.values():
+            state.ranked = None
+        return any(state.choice == old for state in self._tensors.values())
+
     def _predict(self, label, n, k, measured, dims=None):
         """Predicted seconds for one option on a tensor of n elements with k selected (dims:
         the matrix low-rank factors would factor)."""

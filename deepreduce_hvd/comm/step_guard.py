@@ -15,8 +15,12 @@ run. Each arm's fastest and slowest timed steps are averaged over the ranks, and
 more work of its own than another (fp16 over Horovod's fp32, which hands it the gradient
 itself; the sparse arm over both; the plan over all) runs until the next comparison only
 where its slowest step beats the other's fastest by MARGIN: on a compute-bound step the arms'
-differences are within a few steps' noise, and there the cheaper arm is the safer bet. A
-step is the time between two calls for the first tensor ever routed (the pacer); the first
+differences are within a few steps' noise, and there the cheaper arm is the safer bet. The
+dense arms' verdict by the same rule also sets the dtype the plan's own dense tensors take
+(`replan`): calibrated alone, fp16 halves the wire; in whole steps on a CPU its casts and
+half-precision sums can cost more than that (Horovod's fp16 stepped 0.88-0.97x its fp32 on
+ResNet-50 here); where that changes the plan, the plan runs its trial again before the
+verdict, so the plan compared is the plan that runs. A step is the time between two calls for the first tensor ever routed (the pacer); the first
 step of each arm is not timed (a switch pays Horovod's negotiation of names it has not seen).
 
 Decisions are identical on every rank: the schedule follows the pacer's calls, which every
@@ -42,17 +46,22 @@ MARGIN = 0.05
 
 
 class StepGuard:
-    """arms: those compared with the plan (SPARSE, "allreduce_fp16", "allreduce": from more
-    work of their own to less, Horovod's fp32 allreduce last where it runs); start:
-    the step of the first comparison (after the planner has explored its candidates); agree:
-    list of seconds -> those seconds averaged over the set's ranks (a collective); floor:
-    (arm, elements a step routes) -> the seconds its wire alone takes, or None (no floors)."""
+    """arms: those compared with the plan (SPARSE, then the dense kinds "allreduce_fp16",
+    "allreduce": from more work of their own to less, Horovod's fp32 allreduce last where it
+    runs); start: the step of the first comparison (after the planner has explored its
+    candidates); agree: list of seconds -> those seconds averaged over the set's ranks (a
+    collective); floor: (arm, elements a step routes) -> the seconds its wire alone takes, or
+    None (no floors); replan: dense kind -> whether the plan's dense tensors changed to it
+    (None: the plan keeps its own)."""
 
     def __init__(self, arms, start, agree, trial_steps=TRIAL_STEPS, period=PERIOD,
-                 clock=time.perf_counter, floor=None):
+                 clock=time.perf_counter, floor=None, replan=None):
         self.arms = (PLANNED,) + tuple(arms)
+        self.dense_arms = tuple(arm for arm in arms if arm != SPARSE)
         self.start, self.agree, self.trial_steps, self.period = start, agree, trial_steps, period
-        self.clock, self.floor = clock, floor
+        self.clock, self.floor, self.replan = clock, floor, replan
+        self.dense = None        # the dense kind the dense arms' last verdict gave the plan
+        self.replanned = False   # whether the plan ran again in the comparison under way
         self.pacer = self.stamp = self.timing = None
         self.step = 0            # steps begun
         self.next = start        # the step the next comparison begins at
@@ -87,12 +96,15 @@ class StepGuard:
         self.elements = [0, self.elements[0] or self.elements[1]]
         if self.step == self.next:
             self.pending, self.trial, self.left, self.skipped = list(self.arms), None, 0, {}
+            self.replanned = False
         self.current, self.timing = self.winner, None
         if self.pending is None:
             return
         if not self.left:  # the arm on trial ran its steps: the next one, or the verdict
-            if self.trial == PLANNED:
+            if self.trial == PLANNED and not self.replanned:
                 self._drop_beaten()
+            if not self.pending and self._replan():
+                self.pending = [PLANNED]
             if not self.pending:
                 self._decide()
                 self.pending, self.next = None, self.step + self.period
@@ -118,6 +130,20 @@ class StepGuard:
                 self.pending.remove(arm)
                 self.skipped[arm] = floor
 
+    def _replan(self):
+        """Once every dense arm ran in this comparison (two or more): the plan's dense tensors
+        take the dense arms' winner; True where that changed the plan, whose timed steps are
+        then dropped, to be timed again."""
+        timed = all(arm in self.times for arm in self.dense_arms)
+        if self.replan is None or self.replanned or len(self.dense_arms) < 2 or not timed:
+            return False
+        self.replanned = True
+        self.dense = _chain(self.dense_arms, *self._agreed())
+        if not self.replan(self.dense):
+            return False
+        self.times.pop(PLANNED, None)
+        return True
+
     def _decide(self):
         """From the arm of least work to the plan: each arm whose slowest timed step is MARGIN
         faster than the fastest of the one chosen so far takes its place (by their fastest
@@ -127,11 +153,7 @@ class StepGuard:
         fastest, slowest = self._agreed()
         self.compared = {arm: fastest[arm] for arm in self.arms if arm not in self.skipped}
         self.slowest = {arm: slowest[arm] for arm in self.compared}
-        ordered = list(reversed(self.compared))
-        self.winner = ordered[0]
-        for arm in ordered[1:]:
-            if self.slowest[arm] < (1 - MARGIN) * self.compared[self.winner]:
-                self.winner = arm
+        self.winner = _chain(list(self.compared), fastest, slowest)
         self.times = {}
 
     def _agreed(self):
@@ -144,8 +166,9 @@ class StepGuard:
 
     def report(self):
         """The arm running outside comparisons, the fastest and slowest step seconds the last
-        comparison saw, and the wire floors of the arms it did not run."""
-        return {"winner": self.winner, "steps": self.step,
+        comparison saw, the wire floors of the arms it did not run, and the dense kind the
+        plan's dense tensors took from it (None: the planner's own)."""
+        return {"winner": self.winner, "steps": self.step, "dense": self.dense,
                 "compared_ms": {arm: round(1e3 * s, 3) for arm, s in self.compared.items()},
                 "slowest_ms": {arm: round(1e3 * s, 3) for arm, s in self.slowest.items()},
                 "skipped_ms": {arm: round(1e3 * s, 3) for arm, s in self.skipped.items()}}
@@ -156,7 +179,7 @@ class StepGuard:
                 "times": {arm: list(ts) for arm, ts in self.times.items()}, "next": self.next,
                 "pending": None if self.pending is None else list(self.pending),
                 "trial": self.trial, "left": self.left, "skipped": dict(self.skipped),
-                "elements": self.elements[1]}
+                "elements": self.elements[1], "dense": self.dense, "replanned": self.replanned}
 
     def load_state_dict(self, state):
         """Resume the schedule at the saved step (the first step after it is not timed); a
@@ -172,6 +195,7 @@ class StepGuard:
             trial, left = state.get("trial"), int(state.get("left", 0))
             skipped = {arm: float(s) for arm, s in state.get("skipped", {}).items()}
             elements = int(state.get("elements", 0))
+            dense, replanned = state.get("dense"), bool(state.get("replanned", False))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DeepReduceError(f"not a step guard state: {type(exc).__name__}: {exc}") from exc
         arms = set(compared) | set(slowest) | set(times) | set(pending or ()) | set(skipped) | \
@@ -180,8 +204,25 @@ class StepGuard:
             raise DeepReduceError(f"a step guard state of other arms than {self.arms}: {state}")
         if not 0 <= left <= self.trial_steps or elements < 0 or following <= step and pending is None:
             raise DeepReduceError(f"a step guard state out of its schedule: {state}")
+        if dense is not None and dense not in self.dense_arms:
+            raise DeepReduceError(f"a step guard state of another dense kind than {self.dense_arms}: "
+                                  f"{state}")
+        if dense is not None and self.replan is not None:
+            self.replan(dense)
         self.step, self.winner, self.compared, self.times = step, winner, compared, times
         self.slowest = slowest
         self.next, self.pending, self.trial, self.left = following, pending, trial, left
         self.skipped, self.elements = skipped, [0, elements]
+        self.dense, self.replanned = dense, replanned
         self.pacer = self.stamp = self.timing = None
+
+
+def _chain(arms, fastest, slowest):
+    """The winner among arms (from more work of their own to less): from the last, each arm
+    whose slowest step beats the fastest of the one chosen so far by MARGIN takes its place."""
+    ordered = list(reversed(arms))
+    winner = ordered[0]
+    for arm in ordered[1:]:
+        if slowest[arm] < (1 - MARGIN) * fastest[winner]:
+            winner = arm
+    return winner
