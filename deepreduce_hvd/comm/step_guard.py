@@ -20,8 +20,9 @@ dense arms' verdict by the same rule also sets the dtype the plan's own dense te
 (`replan`): calibrated alone, fp16 halves the wire; in whole steps on a CPU its casts and
 half-precision sums can cost more than that (Horovod's fp16 stepped 0.88-0.97x its fp32 on
 ResNet-50 here); where that changes the plan, the plan runs its trial again before the
-verdict, so the plan compared is the plan that runs. A step is the time between two calls for the first tensor ever routed (the pacer); the first
-step of each arm is not timed (a switch pays Horovod's negotiation of names it has not seen).
+verdict, so the plan compared is the plan that runs. A step is the time between two calls for
+the first tensor ever routed (the pacer); the first step of each arm is not timed (a switch
+pays Horovod's negotiation of names it has not seen).
 
 Decisions are identical on every rank: the schedule follows the pacer's calls, which every
 rank makes at the same steps, and the times compared are agreed by one small allgather. In a
