@@ -91,9 +91,9 @@ bench-device: setup
 
 # Horovod's synthetic benchmark shape: ResNet-50 on random images, 2 ranks, dense / fp16 / default
 # RATE=1gbit (as root): in a namespace shaped to that rate (torch: with DDP PowerSGD and
-# compute-only); FRAMEWORK=tf: TensorFlow's
+# compute-only); FRAMEWORK=tf: TensorFlow's; REPEATS=2: two rounds, the second in reverse order
 bench-synthetic: setup
-	$(PY) scripts/bench_e2e.py synthetic --repeats 1 $(if $(RATE),--rate $(RATE)) \
+	$(PY) scripts/bench_e2e.py synthetic --repeats $(or $(REPEATS),1) $(if $(RATE),--rate $(RATE)) \
 		--framework $(FRAMEWORK)
 
 # as root: time to accuracy at 1 Gbit/s (wide MLP at 2 and 4 ranks, digits CNN in torch and TF, LSTM; 3 seeds)

@@ -16,6 +16,7 @@ markdown table and a PNG into docs/.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -199,23 +200,31 @@ def synthetic(repeats, rate=None, framework="torch"):
     """<framework>/synthetic_benchmark.py (ResNet-50, random images, 2 ranks) with Horovod's
     dense fp32 and fp16 and the default DeepReduce(): on unthrottled loopback, or with `rate`
     (as root) in a namespace shaped to it, beside (torch) DDP PowerSGD rank 4 and the
-    compute-only step."""
+    compute-only step. `repeats` rounds, each running every configuration in turn, every other
+    round in reverse order (this machine drifts within a round: a fixed order charges the
+    drift to whichever configuration runs last); each row holds the median run's details and
+    the median of its rounds' img/s, "runs" every round's in round order."""
     configs = ["dense fp32", "fp16", "DeepReduce default"]
     if rate:
         configs += ["DDP PowerSGD r4", "compute only"] if framework == "torch" else []
         shaped_namespace(rate)
-    rows = []
+    runs = {config: [] for config in configs}
     try:
-        for config in configs:
-            runs = sorted((saved_run(f"{framework}/synthetic_benchmark.py", 2, CONFIGS[config],
-                                     1800, netns=bool(rate)) for _ in range(repeats)),
-                          key=lambda r: r["img_per_s_total"])
-            rows.append({"config": config, **runs[len(runs) // 2],
-                         "runs": [r["img_per_s_total"] for r in runs]})
-            print(f"{config}: {rows[-1]['img_per_s_total']:.2f} img/s", flush=True)
+        for round_ in range(repeats):
+            for config in configs if round_ % 2 == 0 else reversed(configs):
+                runs[config].append(saved_run(f"{framework}/synthetic_benchmark.py", 2,
+                                              CONFIGS[config], 1800, netns=bool(rate)))
+                print(f"round {round_ + 1}, {config}: "
+                      f"{runs[config][-1]['img_per_s_total']:.2f} img/s", flush=True)
     finally:
         if rate:
             remove_namespace()
+    rows = []
+    for config in configs:
+        rates = [r["img_per_s_total"] for r in runs[config]]
+        middle = sorted(runs[config], key=lambda r: r["img_per_s_total"])[len(rates) // 2]
+        rows.append({"config": config, **middle, "img_per_s_total": statistics.median(rates),
+                     "runs": rates})
     stem = "_".join(["synthetic", *([framework] if framework != "torch" else []), *([rate] if rate else [])])
     (DOCS / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     synthetic_table(stem, rows)
