@@ -206,8 +206,8 @@ class StepGuard:
         if not 0 <= left <= self.trial_steps or elements < 0 or following <= step and pending is None:
             raise DeepReduceError(f"a step guard state out of its schedule: {state}")
         if dense is not None and dense not in self.dense_arms:
-            raise DeepReduceError(f"a step guard state of another dense kind than {self.dense_arms}: "
-                                  f"{state}")
+            raise DeepReduceError(f"a step guard state of another dense kind than "
+                                  f"{self.dense_arms}: {state}")
         if dense is not None and self.replan is not None:
             self.replan(dense)
         self.step, self.winner, self.compared, self.times = step, winner, compared, times
