@@ -91,10 +91,11 @@ bench-device: setup
 
 # Horovod's synthetic benchmark shape: ResNet-50 on random images, 2 ranks, dense / fp16 / default
 # RATE=1gbit (as root): in a namespace shaped to that rate (torch: with DDP PowerSGD and
-# compute-only); FRAMEWORK=tf: TensorFlow's; REPEATS=2: two rounds, the second in reverse order
+# compute-only); FRAMEWORK=tf: TensorFlow's; REPEATS=2: two rounds, the second in reverse order;
+# CYCLE_MS=10: Horovod's cycle time (--cycle-time-ms) for every configuration
 bench-synthetic: setup
 	$(PY) scripts/bench_e2e.py synthetic --repeats $(or $(REPEATS),1) $(if $(RATE),--rate $(RATE)) \
-		--framework $(FRAMEWORK)
+		--framework $(FRAMEWORK) $(if $(CYCLE_MS),--cycle-ms $(CYCLE_MS))
 
 # as root: time to accuracy at 1 Gbit/s (wide MLP at 2 and 4 ranks, digits CNN in torch and TF, LSTM; 3 seeds)
 bench-tta: setup

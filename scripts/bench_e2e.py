@@ -105,12 +105,14 @@ def remove_namespace():
     subprocess.run(["ip", "netns", "delete", NAMESPACE], stderr=subprocess.DEVNULL)
 
 
-def saved_run(job, ranks, args, timeout, netns=True):
+def saved_run(job, ranks, args, timeout, netns=True, cycle_ms=None):
     """One horovodrun of `job` (a path from the root) with `--json` to a scratch file, in the
-    shaped namespace by default -> what the job saved there (rank 0's)."""
+    shaped namespace by default (cycle_ms: Horovod's --cycle-time-ms, else its default) ->
+    what the job saved there (rank 0's)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "history.json"
-        run([HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PY,
+        cycle = ["--cycle-time-ms", str(cycle_ms)] if cycle_ms else []
+        run([HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *cycle, PY,
              str(ROOT / job), *map(str, [*args, "--json", out])], timeout, netns)
         return json.loads(out.read_text())
 
@@ -196,14 +198,15 @@ def hosts(repeats, rate="1gbit"):
                  for r in results])
 
 
-def synthetic(repeats, rate=None, framework="torch"):
+def synthetic(repeats, rate=None, framework="torch", cycle_ms=None):
     """<framework>/synthetic_benchmark.py (ResNet-50, random images, 2 ranks) with Horovod's
     dense fp32 and fp16 and the default DeepReduce(): on unthrottled loopback, or with `rate`
     (as root) in a namespace shaped to it, beside (torch) DDP PowerSGD rank 4 and the
     compute-only step. `repeats` rounds, each running every configuration in turn, every other
     round in reverse order (this machine drifts within a round: a fixed order charges the
     drift to whichever configuration runs last); each row holds the median run's details and
-    the median of its rounds' img/s, "runs" every round's in round order."""
+    the median of its rounds' img/s, "runs" every round's in round order. cycle_ms: Horovod's
+    cycle time for every configuration (its default: 1 ms; README, "Horovod's cycle time")."""
     configs = ["dense fp32", "fp16", "DeepReduce default"]
     if rate:
         configs += ["DDP PowerSGD r4", "compute only"] if framework == "torch" else []
@@ -213,7 +216,8 @@ def synthetic(repeats, rate=None, framework="torch"):
         for round_ in range(repeats):
             for config in configs if round_ % 2 == 0 else reversed(configs):
                 runs[config].append(saved_run(f"{framework}/synthetic_benchmark.py", 2,
-                                              CONFIGS[config], 1800, netns=bool(rate)))
+                                              CONFIGS[config], 1800, netns=bool(rate),
+                                              cycle_ms=cycle_ms))
                 print(f"round {round_ + 1}, {config}: "
                       f"{runs[config][-1]['img_per_s_total']:.2f} img/s", flush=True)
     finally:
@@ -225,7 +229,8 @@ def synthetic(repeats, rate=None, framework="torch"):
         middle = sorted(runs[config], key=lambda r: r["img_per_s_total"])[len(rates) // 2]
         rows.append({"config": config, **middle, "img_per_s_total": statistics.median(rates),
                      "runs": rates})
-    stem = "_".join(["synthetic", *([framework] if framework != "torch" else []), *([rate] if rate else [])])
+    stem = "_".join(["synthetic", *([framework] if framework != "torch" else []), *([rate] if rate else []),
+                     *([f"cycle{cycle_ms:g}ms"] if cycle_ms else [])])
     (DOCS / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     synthetic_table(stem, rows)
 
@@ -358,6 +363,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (network)")
     parser.add_argument("--rate", help="synthetic: shape the link to this rate (as root), e.g. 1gbit")
     parser.add_argument("--framework", choices=["torch", "tf"], default="torch", help="synthetic")
+    parser.add_argument("--cycle-ms", type=float,
+                        help="synthetic: Horovod's cycle time (ms) for every configuration")
     args = parser.parse_args()
     if args.what == "network-report":
         saved = json.loads((DOCS / "e2e.json").read_text())
@@ -370,7 +377,7 @@ def main():
     elif args.what == "hosts":
         hosts(args.repeats)
     elif args.what == "synthetic":
-        synthetic(args.repeats, args.rate, args.framework)
+        synthetic(args.repeats, args.rate, args.framework, args.cycle_ms)
     else:
         convergence(args.quick)
 
