@@ -229,8 +229,9 @@ def synthetic(repeats, rate=None, framework="torch", cycle_ms=None):
         middle = sorted(runs[config], key=lambda r: r["img_per_s_total"])[len(rates) // 2]
         rows.append({"config": config, **middle, "img_per_s_total": statistics.median(rates),
                      "runs": rates})
-    stem = "_".join(["synthetic", *([framework] if framework != "torch" else []), *([rate] if rate else []),
-                     *([f"cycle{cycle_ms:g}ms"] if cycle_ms else [])])
+    parts = ["synthetic", framework if framework != "torch" else None, rate,
+             f"cycle{cycle_ms:g}ms" if cycle_ms else None]
+    stem = "_".join(part for part in parts if part)
     (DOCS / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     synthetic_table(stem, rows)
 
