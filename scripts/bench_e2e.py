@@ -29,9 +29,9 @@ HOROVODRUN = str(Path(PY).parent / "horovodrun")
 NAMESPACE = "deepreduce-bench"
 
 # untimed steps: the time-aware planner's exploration (3 warm steps, 3 per candidate: 15) and
-# the step guard's first comparison (3 steps of each of 4 arms, and 3 more of the plan where
-# the dense arms' verdict changed the plan's dense kind)
-WARMUP = 32
+# the step guard's first comparison (3 steps of each of its 5 arms, and 3 more of the plan
+# where the dense arms' verdict changed the plan's dense kind)
+WARMUP = 33
 CONFIGS = {
     "DeepReduce default": ["--compression", "deepreduce"],
     "dense fp32": ["--compression", "none"],

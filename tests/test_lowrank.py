@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import deepreduce_hvd as dr
-from deepreduce_hvd.comm.planner import (ALLREDUCE_FP16, LOWRANK, Costs, LinkModel, Measured, Plan,
+from deepreduce_hvd.comm.planner import (ALLREDUCE, ALLREDUCE_FP16, LOWRANK, Costs, LinkModel, Measured, Plan,
                                          TimePlanner)
 from deepreduce_hvd.compression.lowrank import matrix_shape, worth_factoring
 
@@ -126,3 +126,21 @@ def test_a_factorable_matrix_goes_as_factors_or_dense_never_sparse():
         assert slow.plan("b", 2048, True, shape=(2048,)).kind == "allgather"
         assert slow.plan("u", 2048 * 2048, True).kind == "allgather"
     assert slow.sparse("w", 2048 * 2048, (2048, 2048)).kind == LOWRANK  # the guard's arm
+
+
+def test_the_lean_arm_factors_the_largest_matrices_holding_half_the_factored_elements():
+    """The plan factors four matrices; the lean arm factors the largest that hold half the
+    elements the plan factors (1M + 0.5M of 2.2M; ties by name, alike on every rank), sends
+    every other tensor by fp32 allreduce, and keeps that choice through a state round trip."""
+    slow = planner(1e6)
+    shapes = {"a": (1024, 1024), "b": (512, 1024), "c": (512, 1024), "d": (256, 512),
+              "v": (1024,)}
+    for name, shape in shapes.items():
+        slow.plan(name, int(np.prod(shape)), True, shape=shape)
+    assert [slow.lean(name, shapes[name]).kind for name in "abcdv"] == \
+        [LOWRANK, LOWRANK, ALLREDUCE, ALLREDUCE, ALLREDUCE]
+    assert slow.lean("b", None).kind == ALLREDUCE  # a tensor that may not be factored
+    restored = planner(1e6)
+    restored.load_state_dict(slow.state_dict())
+    assert [restored.lean(name, shapes[name]).kind for name in "abcdv"] == \
+        [LOWRANK, LOWRANK, ALLREDUCE, ALLREDUCE, ALLREDUCE]

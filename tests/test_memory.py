@@ -183,7 +183,10 @@ def test_own_frame_kept_not_decoded_gives_the_same_bits(index, value, dtype, rng
             assert pipeline.stats.decode_s > before
             np.testing.assert_array_equal(total.view(np.uint32), reference.view(np.uint32))
             assert decoded[-1] == 2  # the two other ranks' frames
-            assert "w" not in pipeline._sent  # held from compress to decompress only
+            decoded.append(0)  # held from compress to its decompress only: again, all three
+            again, _ = pipeline.decompress(gathered, shape, dtype, 3, name="w", own=own)
+            np.testing.assert_array_equal(again.view(np.uint32), reference.view(np.uint32))
+            assert decoded[-1] == 3
 
 
 def test_own_frame_is_decoded_when_it_is_not_what_this_rank_sent(rng):

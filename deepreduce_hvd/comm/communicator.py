@@ -33,7 +33,7 @@ from .planner import (ALLGATHER, ALLREDUCE, ALLREDUCE_FP16, HIERARCHICAL, LOWRAN
                       candidates)
 from .sparse_allreduce import Exchange
 from .state import FORMAT, SetState, check_state, set_key
-from .step_guard import GRAPH_STEP, SPARSE, StepGuard
+from .step_guard import GRAPH_STEP, LEAN, SPARSE, StepGuard
 
 GRAPH_ARMS = (None, ALLREDUCE_FP16, ALLREDUCE)  # what a traced graph's switch runs: the plan, dense
 
@@ -131,13 +131,15 @@ class Communicator:
         return state.policy
 
     def _guard(self, planner, process_set, traced):
-        """The step guard of a time-aware set: the plan against the sparse arm and Horovod's
-        allreduce of every tensor (fp16 where values may be lossy, and fp32), first once the
-        planner settled (a dense arm whose wire alone outlasts the plan's step is not run;
-        the dense arms' verdict sets the plan's dense dtype). In a traced graph the plan
-        against fp16 and fp32 (see _switched), whose traced dense kinds stay."""
+        """The step guard of a time-aware set: the plan against the sparse arm, the lean arm
+        (where matrices may be factored) and Horovod's allreduce of every tensor (fp16 where
+        values may be lossy, and fp32), first once the planner settled (a dense arm whose
+        wire alone outlasts the plan's step is not run; the dense arms' verdict sets the
+        plan's dense dtype). In a traced graph the plan against fp16 and fp32 (see
+        _switched), whose traced dense kinds stay."""
         adapter = self.adapter
-        arms = (SPARSE, ALLREDUCE_FP16, ALLREDUCE) if planner.allow_fp16 else (SPARSE, ALLREDUCE)
+        arms = (SPARSE, ALLREDUCE_FP16) if planner.allow_fp16 else (SPARSE,)
+        arms += (LEAN, ALLREDUCE) if planner.pipeline.factors.rank else (ALLREDUCE,)
         if traced:  # a graph's tensors keep their traced kinds (see _switched)
             arms = tuple(arm for arm in arms if arm in GRAPH_ARMS)
 
@@ -448,14 +450,12 @@ class Communicator:
         """The low-rank flights whose reduced P has arrived, settled now, while backward still
         runs: their Q round overlaps the rest of it instead of queuing behind the last
         tensors' allreduces at decompress (ranks may start the Q allreduces in different
-        orders: Horovod matches them by name)."""
-        waiting = []
-        for f in self._projecting:
-            if self.adapter.ready(f.handle):
-                self._settle(f)
-            else:
-                waiting.append(f)
-        self._projecting = waiting
+        orders: Horovod matches them by name). Oldest first, up to the first still on the
+        wire: Horovod completes them in about the order they were started, and polling
+        every one at every compress made a step's polls quadratic in its matrices."""
+        pending = self._projecting
+        while pending and self.adapter.ready(pending[0].handle):
+            self._settle(pending.pop(0))
 
     def _settle(self, f):
         """Q_i of one low-rank flight from its reduced P, and the start of its allreduce."""

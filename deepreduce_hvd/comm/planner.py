@@ -43,7 +43,7 @@ from ..codecs.choice import is_auto
 from ..codecs.sparse_codec import SparseCodec
 from ..compression.lowrank import matrix_shape, worth_factoring
 from ..errors import DeepReduceError
-from .step_guard import SPARSE
+from .step_guard import LEAN, SPARSE
 
 ALLREDUCE, ALLREDUCE_FP16, ALLGATHER, PASS = "allreduce", "allreduce_fp16", "allgather", "pass"
 HIERARCHICAL, SPARSE_ALLREDUCE, LOWRANK = "hierarchical", "sparse_allreduce", "lowrank"
@@ -179,6 +179,8 @@ class Policy:
             self.planner.sparse(key, info.size, shape)
         if sparse:
             return sparse
+        if arm == LEAN:
+            return self.planner.lean(key, shape)
         if arm not in (None, SPARSE):
             return Plan(arm, None, arm)
         if info.size is None:  # a traced graph's shape known only at run time: the allgather,
@@ -262,6 +264,7 @@ class TimePlanner:
         self.allow_fp16, self.warm_steps = allow_fp16, warm_steps
         self.explore_steps, self.revisit = explore_steps, revisit
         self._tensors = {}
+        self._lean = None  # the names the lean arm factors (None: to be found again)
         large = 1 << 22
         self.dense = ALLREDUCE if not allow_fp16 else min(
             (ALLREDUCE_FP16, ALLREDUCE), key=lambda label: self._predict(label, large, 0, {}))
@@ -347,6 +350,8 @@ class TimePlanner:
             state.ranked = sorted(options, key=lambda label: (state.predicted[label], label))
         factored = self._factored(state, size, shape) if kinds is None else None
         best = factored or self._explore(state) or state.ranked[0]
+        if LOWRANK in (best, state.choice) and best != state.choice:
+            self._lean = None  # the lean arm's matrices are the plan's largest factored
         state.choice = best
         state.step += 1
         if best == LOWRANK:
@@ -371,6 +376,25 @@ class TimePlanner:
             self._predict(label, size, k, state.measured), label))
         return Plan(self.kind_of[best], self.candidates[best], best, self.fallback)
 
+    def lean(self, name, shape):
+        """The Plan of a tensor in the step guard's lean arm: factors where the plan factors it
+        and it is among the plan's largest factored matrices, those that hold half the
+        elements it factors (by size, then name: the same on every rank); Horovod's fp32
+        allreduce for every other tensor (shape: None where it may not be factored)."""
+        if self._lean is None:
+            factored = sorted((-state.dims[0] * state.dims[1], key)
+                              for key, state in self._tensors.items()
+                              if state.choice == LOWRANK and state.dims is not None)
+            total, held, self._lean = -sum(size for size, _ in factored), 0, set()
+            for size, key in factored:
+                if 2 * held >= total:
+                    break
+                held -= size
+                self._lean.add(key)
+        if shape is not None and name in self._lean:
+            return Plan(LOWRANK, None, LOWRANK)
+        return Plan(ALLREDUCE, None, ALLREDUCE)
+
     def _factored(self, state, size, shape):
         """For a matrix whose low-rank factors are worth sending (compression/lowrank.py):
         the factors or Horovod's dense allreduce, whichever is predicted faster once the
@@ -382,7 +406,9 @@ class TimePlanner:
         accuracy in the same epochs (README, "Low-rank factors for matrices"). The shape
         comes with each plan (None: the tensor may not be factored)."""
         rank = self.pipeline.factors.rank
-        state.dims = matrix_shape(shape) if worth_factoring(shape, rank) else None
+        dims = matrix_shape(shape) if worth_factoring(shape, rank) else None
+        if dims != state.dims:
+            state.dims, self._lean = dims, None
         if state.dims is None or LOWRANK not in self.priors:
             return None
         state.predicted[LOWRANK] = self._predict(LOWRANK, size, 0, state.measured, state.dims)
@@ -472,18 +498,21 @@ class TimePlanner:
         return {name: {"step": s.step, "last": s.last, "choice": s.choice,
                        "k_measured": s.k_measured, "explore_start": s.explore_start,
                        "explore_order": list(s.explore_order),
+                       "dims": None if s.dims is None else list(s.dims),
                        "measured": {label: {key: list(values) for key, values in m.items()}
                                     for label, m in s.measured.items()}}
                 for name, s in self._tensors.items()}
 
     def load_state_dict(self, state):
-        self._tensors = {}
+        self._tensors, self._lean = {}, None
         for name, saved in state.items():
             s = self._tensors[name] = _TensorState()
             s.step, s.last, s.choice = int(saved["step"]), saved["last"], saved["choice"]
             s.k_measured = saved["k_measured"]
             s.explore_start = saved.get("explore_start")
             s.explore_order = tuple(saved.get("explore_order", ()))
+            dims = saved.get("dims")
+            s.dims = None if dims is None else (int(dims[0]), int(dims[1]))
             for label, measured in saved["measured"].items():
                 for key, values in measured.items():
                     for value in values:

@@ -8,13 +8,15 @@ more ranks than cores compete, a codec can look slower than the dense allreduce 
 by 3x (the wide MLP at 4 ranks on 2 cores). The guard judges the plan by what the job
 observes: now and then every tensor of the set runs a few steps the planner's way, a few with
 every tensor the planner may send sparse sent by its fastest sparse option (the sparse arm),
-and a few by Horovod's own allreduce of every tensor (fp16, where values may be lossy, and
-fp32); a dense arm whose wire alone (the elements a step routes, by Horovod's allreduce at
-the calibrated or stated link) takes longer than the plan's whole step cannot win and is not
-run. Each arm's fastest and slowest timed steps are averaged over the ranks, and an arm that does
-more work of its own than another (fp16 over Horovod's fp32, which hands it the gradient
-itself; the sparse arm over both; the plan over all) runs until the next comparison only
-where its slowest step beats the other's fastest by MARGIN: on a compute-bound step the arms'
+a few by Horovod's own allreduce of every tensor (fp16, where values may be lossy, and fp32),
+and where the plan factors matrices a few with only its largest factored and every other
+tensor by Horovod's fp32 allreduce (the lean arm); a dense arm whose wire alone (the
+elements a step routes, by Horovod's allreduce at the calibrated or stated link) takes
+longer than the plan's whole step cannot win and is not run. Each arm's fastest and slowest
+timed steps are averaged over the ranks, and an arm that does more work of its own than
+another (the lean arm over Horovod's fp32, which hands it the gradient itself; fp16, which
+touches every element, over both; the sparse arm over all three; the plan over all) runs
+until the next comparison only where its slowest step beats the other's fastest by MARGIN: on a compute-bound step the arms'
 differences are within a few steps' noise, and there the cheaper arm is the safer bet. The
 dense arms' verdict by the same rule also sets the dtype the plan's own dense tensors take
 (`replan`): calibrated alone, fp16 halves the wire; in whole steps on a CPU its casts and
@@ -36,6 +38,12 @@ from ..errors import DeepReduceError
 
 PLANNED = "planned"  # the arm where each tensor takes the planner's route
 SPARSE = "sparse"    # the arm where each tensor that may go sparse takes its fastest sparse option
+# the arm where only the plan's largest factored matrices go as factors, every other tensor by
+# Horovod's fp32 allreduce: on ResNet-50 at 1 Gbit/s (2 ranks on 2 cores, Horovod's 1 ms
+# cycle) factoring its 5 largest matrices stepped 10% faster than fp32, all 35 the plan
+# factored 5%: once the dense rest hides behind backward, each further matrix costs the
+# step its factors' rounds and CPU and saves nothing (planner.py, TimePlanner.lean)
+LEAN = "lean"
 GRAPH_STEP = "graph step"  # the pacer of a traced graph: one op per step asks for the arm
 TRIAL_STEPS = 3  # steps of each arm per comparison (the first is not timed)
 PERIOD = 200     # steps on the winning arm between two comparisons
@@ -47,9 +55,8 @@ MARGIN = 0.05
 
 
 class StepGuard:
-    """arms: those compared with the plan (SPARSE, then the dense kinds "allreduce_fp16",
-    "allreduce": from more work of their own to less, Horovod's fp32 allreduce last where it
-    runs); start: the step of the first comparison (after the planner has explored its
+    """arms: those compared with the plan (SPARSE, "allreduce_fp16", LEAN, "allreduce":
+    from more work of their own to less, Horovod's fp32 allreduce last where it runs); start: the step of the first comparison (after the planner has explored its
     candidates); agree: list of seconds -> those seconds averaged over the set's ranks (a
     collective); floor: (arm, elements a step routes) -> the seconds its wire alone takes, or
     None (no floors); replan: dense kind -> whether the plan's dense tensors changed to it
@@ -58,7 +65,7 @@ class StepGuard:
     def __init__(self, arms, start, agree, trial_steps=TRIAL_STEPS, period=PERIOD,
                  clock=time.perf_counter, floor=None, replan=None):
         self.arms = (PLANNED,) + tuple(arms)
-        self.dense_arms = tuple(arm for arm in arms if arm != SPARSE)
+        self.dense_arms = tuple(arm for arm in arms if arm not in (SPARSE, LEAN))
         self.start, self.agree, self.trial_steps, self.period = start, agree, trial_steps, period
         self.clock, self.floor, self.replan = clock, floor, replan
         self.dense = None        # the dense kind the dense arms' last verdict gave the plan
@@ -78,7 +85,7 @@ class StepGuard:
         self.skipped = {}        # arm -> its wire floor, where that alone lost to the plan
 
     def kind(self, key, size=0):
-        """The arm every tensor takes in this step (SPARSE or a dense kind), or None: the
+        """The arm every tensor takes in this step (SPARSE, LEAN or a dense kind), or None: the
         planner's route. Called for every routed tensor (size: its elements, where known); the
         pacer's call begins a step."""
         if self.pacer is None:

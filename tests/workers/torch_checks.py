@@ -314,6 +314,27 @@ def check_step_guard():
     assert guard["skipped_ms"] == {}, guard
 
 
+def check_step_guard_lean_arm():
+    """Where the plan factors matrices the guard also runs the lean arm: its steps send as
+    factors only the largest of them (256 x 256 holds over half of the 82K elements the plan
+    factors; 256 x 64 goes by fp32 allreduce), then the winner runs, alike on every rank.
+    At a stated 10 Mbit/s the dense arms' wire alone outlasts the plan's step: not run."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    compression, steps = time_aware_steps(model, "10mbit", 32, lambda stats: (
+        stats["tensors_lowrank"], stats["guard"]["global"]))
+    guard = steps[-1][1]
+    start = compression.comm.sets["global"].policy.planner.settled_after + 1
+    planned, lean = steps[start - 1:start + 2], steps[start + 5:start + 8]
+    assert all(factored == 2 for factored, _ in planned), steps
+    assert all(factored == 1 for factored, _ in lean), steps
+    assert set(guard["compared_ms"]) == {"planned", "sparse", "lean"}, guard
+    assert set(guard["skipped_ms"]) == {"allreduce", "allreduce_fp16"}, guard
+    expected = 1 if guard["winner"] == "lean" else 2
+    assert all(factored == expected for factored, _ in steps[start + 8:]), (guard, steps)
+
+
 class Recording(DeepReduce):
     """DeepReduce that records, for each compress, whether Horovod was handed the tensor
     itself and no context."""
