@@ -218,8 +218,9 @@ def synthetic(repeats, rate=None, framework="torch", cycle_ms=None):
                 runs[config].append(saved_run(f"{framework}/synthetic_benchmark.py", 2,
                                               CONFIGS[config], 1800, netns=bool(rate),
                                               cycle_ms=cycle_ms))
-                print(f"round {round_ + 1}, {config}: "
-                      f"{runs[config][-1]['img_per_s_total']:.2f} img/s", flush=True)
+                run = runs[config][-1]
+                print(f"round {round_ + 1}, {config}: {run['img_per_s_total']:.2f} img/s",
+                      guard_verdict(run.get("guard")), flush=True)
     finally:
         if rate:
             remove_namespace()
