@@ -382,14 +382,15 @@ class TimePlanner:
         elements it factors (by size, then name: the same on every rank); Horovod's fp32
         allreduce for every other tensor (shape: None where it may not be factored)."""
         if self._lean is None:
-            factored = sorted((-state.dims[0] * state.dims[1], key)
-                              for key, state in self._tensors.items()
-                              if state.choice == LOWRANK and state.dims is not None)
-            total, held, self._lean = -sum(size for size, _ in factored), 0, set()
+            factored = sorted(((state.dims[0] * state.dims[1], key)
+                               for key, state in self._tensors.items()
+                               if state.choice == LOWRANK and state.dims is not None),
+                              key=lambda matrix: (-matrix[0], matrix[1]))
+            half, held, self._lean = sum(size for size, _ in factored) / 2, 0, set()
             for size, key in factored:
-                if 2 * held >= total:
+                if held >= half:
                     break
-                held -= size
+                held += size
                 self._lean.add(key)
         if shape is not None and name in self._lean:
             return Plan(LOWRANK, None, LOWRANK)

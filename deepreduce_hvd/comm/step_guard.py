@@ -16,8 +16,9 @@ longer than the plan's whole step cannot win and is not run. Each arm's fastest 
 timed steps are averaged over the ranks, and an arm that does more work of its own than
 another (the lean arm over Horovod's fp32, which hands it the gradient itself; fp16, which
 touches every element, over both; the sparse arm over all three; the plan over all) runs
-until the next comparison only where its slowest step beats the other's fastest by MARGIN: on a compute-bound step the arms'
-differences are within a few steps' noise, and there the cheaper arm is the safer bet. The
+until the next comparison only where its slowest step beats the other's fastest by MARGIN:
+on a compute-bound step the arms' differences are within a few steps' noise, and there the
+cheaper arm is the safer bet. The
 dense arms' verdict by the same rule also sets the dtype the plan's own dense tensors take
 (`replan`): calibrated alone, fp16 halves the wire; in whole steps on a CPU its casts and
 half-precision sums can cost more than that (Horovod's fp16 stepped 0.88-0.97x its fp32 on
