@@ -29,9 +29,10 @@ HOROVODRUN = str(Path(PY).parent / "horovodrun")
 NAMESPACE = "deepreduce-bench"
 
 # untimed steps: the time-aware planner's exploration (3 warm steps, 3 per candidate: 15) and
-# the step guard's first comparison (3 steps of each of its 5 arms, and 3 more of the plan
-# where the dense arms' verdict changed the plan's dense kind)
-WARMUP = 33
+# the step guard's first comparison (two visits of 3 steps to each of its 5 arms, the middle
+# arm's one visit of 5: 29, and 2 more of the plan where the dense arms' verdict changed the
+# plan's dense kind)
+WARMUP = 46
 CONFIGS = {
     "DeepReduce default": ["--compression", "deepreduce"],
     "dense fp32": ["--compression", "none"],
@@ -238,11 +239,13 @@ def synthetic(repeats, rate=None, framework="torch", cycle_ms=None):
 
 
 def guard_verdict(guard):
-    """The step guard's winner and the step times it compared (fastest-slowest), in a table
-    cell."""
+    """The step guard's winner and the step times it compared (median, fastest-slowest), in a
+    table cell."""
     def steps(g, arm):
-        fastest, slowest = g["compared_ms"][arm] / 1e3, g.get("slowest_ms", {}).get(arm)
-        return f"{fastest:.2f}" + (f"-{slowest / 1e3:.2f}" if slowest is not None else "") + " s"
+        median, fastest, slowest = (g.get(field, {}).get(arm) for field in
+                                    ("compared_ms", "fastest_ms", "slowest_ms"))
+        spread = f" ({fastest / 1e3:.2f}-{slowest / 1e3:.2f})" if fastest and slowest else ""
+        return f"{median / 1e3:.2f} s" + spread
     return "; ".join(f"{name}: {g['winner']} (" + ", ".join(f"{arm} {steps(g, arm)}" for arm in
                                                             g["compared_ms"]) +
                      (f"; the plan's dense tensors by {g['dense']}" if g.get("dense") else "") + ")"

@@ -54,9 +54,9 @@ def add_digits_training_args(parser):
 def add_synthetic_args(parser):
     """The options of the two synthetic benchmarks (PyTorch and TensorFlow)."""
     parser.add_argument("--batch-size", type=int, default=8, help="per rank")
-    parser.add_argument("--warmup", type=int, default=33,
+    parser.add_argument("--warmup", type=int, default=46,
                         help="untimed steps (the planner's exploration, 15, and the step "
-                             "guard's first comparison, up to 18)")
+                             "guard's first comparison, up to 31)")
     parser.add_argument("--iters", type=int, default=4)
     parser.add_argument("--batches-per-iter", type=int, default=4,
                         help="timed steps: iters x batches-per-iter (one step varies by about "
