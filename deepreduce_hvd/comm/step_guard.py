@@ -228,11 +228,10 @@ class StepGuard:
             skipped = {arm: float(s) for arm, s in state.get("skipped", {}).items()}
             elements = int(state.get("elements", 0))
             dense, replanned = state.get("dense"), bool(state.get("replanned", False))
+            arms = set(compared) | set(fastest) | set(slowest) | set(times) | \
+                {arm for arm, _ in pending or ()} | set(skipped) | {winner}
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise DeepReduceError(f"not a step guard state: {type(exc).__name__}: {exc}") from exc
-        visited = {arm for arm, _ in pending or ()}
-        arms = set(compared) | set(fastest) | set(slowest) | set(times) | visited | \
-            set(skipped) | {winner}
         if not arms <= set(self.arms) or trial not in self.arms + (None,):
             raise DeepReduceError(f"a step guard state of other arms than {self.arms}: {state}")
         longest = 1 + 2 * self.timed_steps
