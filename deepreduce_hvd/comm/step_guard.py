@@ -118,7 +118,7 @@ class StepGuard:
         if self.left:  # a visit's later steps are timed
             self.timing = self.trial
         else:  # the visit ran its steps: the next one, or the verdict
-            if self.trial == PLANNED and not self.replanned and self._visits_left(PLANNED):
+            if self.trial == PLANNED and self.pending:  # the plan's first visit: last is last
                 self._drop_beaten()
             if len(self.pending) == 1 and self.pending[0][0] == PLANNED and self._replan():
                 self.pending[0][1] += self.timed_steps  # timed alone: twice as long
@@ -134,9 +134,6 @@ class StepGuard:
     def _visits(self):
         """A comparison's [arm, steps] visits: every arm in turn, then in reverse."""
         return _merged([[arm, 1 + self.timed_steps] for arm in self.arms + self.arms[::-1]])
-
-    def _visits_left(self, arm):
-        return any(visit[0] == arm for visit in self.pending)
 
     def _drop_beaten(self):
         """Once the plan's first visit is timed: the dense arms whose wire alone (the elements
