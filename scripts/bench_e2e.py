@@ -205,10 +205,11 @@ def synthetic(repeats, rate=None, framework="torch", cycle_ms=None):
     (as root) in a namespace shaped to it, beside (torch) DDP PowerSGD rank 4 and the
     compute-only step. `repeats` rounds, each running every configuration in turn, every other
     round in reverse order (this machine drifts within a round: a fixed order charges the
-    drift to whichever configuration runs last); each row holds the median run's details and
+    drift to whichever configuration runs last), ours next to dense (the ratio that matters
+    taken between adjacent jobs); each row holds the median run's details and
     the median of its rounds' img/s, "runs" every round's in round order. cycle_ms: Horovod's
     cycle time for every configuration (its default: 1 ms; README, "Horovod's cycle time")."""
-    configs = ["dense fp32", "fp16", "DeepReduce default"]
+    configs = ["dense fp32", "DeepReduce default", "fp16"]
     if rate:
         configs += ["DDP PowerSGD r4", "compute only"] if framework == "torch" else []
         shaped_namespace(rate)
