@@ -118,7 +118,7 @@ class StepGuard:
         if self.left:  # a visit's later steps are timed
             self.timing = self.trial
         else:  # the visit ran its steps: the next one, or the verdict
-            if self.trial == PLANNED and self.pending:  # the plan's first visit: last is last
+            if self.trial == PLANNED and self.pending:  # the plan's first visit (its last ends it)
                 self._drop_beaten()
             if len(self.pending) == 1 and self.pending[0][0] == PLANNED and self._replan():
                 self.pending[0][1] += self.timed_steps  # timed alone: twice as long
